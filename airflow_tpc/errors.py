@@ -1,0 +1,45 @@
+"""Errors raised by airflow-tpc.
+
+Every protocol refusal is a :class:`TpcError` with a message meant for the person
+reading an Airflow task log: it names the target, epoch and attempt involved and
+what to do next.  Library exceptions (botocore, OSError) are wrapped in
+:class:`StorageError` so a traceback from deep inside a client is never the message.
+"""
+
+from __future__ import annotations
+
+
+class TpcError(Exception):
+    """Base class of every error airflow-tpc raises on purpose."""
+
+
+class StorageError(TpcError):
+    """The store refused or failed an operation (after retries)."""
+
+
+class UnsupportedStorage(TpcError):
+    """The target's store has no tested exactly-once backend."""
+
+
+class ManifestError(TpcError):
+    """A manifest is malformed, tampered with, or does not match storage."""
+
+
+class FencedError(TpcError):
+    """A lower attempt tried to act after a higher attempt of the epoch began (zombie)."""
+
+
+class CommitConflict(TpcError):
+    """Another committer decided this transaction differently."""
+
+
+class NamespaceConflict(TpcError):
+    """The target is already owned by another pipeline's namespace."""
+
+
+class TransactionExpired(TpcError):
+    """The transaction is older than its timeout; committing it needs ``force=True``."""
+
+
+class InvalidState(TpcError):
+    """The requested verb is not allowed in the transaction's current state."""

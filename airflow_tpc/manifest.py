@@ -1,0 +1,225 @@
+"""The pre-commit manifest: what one attempt staged, sealed with its own digest.
+
+A manifest is the batch equivalent of Flink's ``preCommit()``: once it is written
+(last, after every data file), the attempt never writes again, and the manifest
+says exactly which bytes the commit will publish.  It is validated twice — as a
+document (:meth:`Manifest.parse`) and against storage
+(:func:`verify_against_storage`) — and any doubt is a :class:`ManifestError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ManifestError
+
+FORMAT = "airflow-tpc-manifest"
+VERSION = 1
+MANIFEST_NAME = "_tpc_manifest.json"
+CHECKSUM_ALGOS = ("sha256", "md5", "etag")
+_CHECKSUM_RE = re.compile(r"^(sha256|md5|etag):[0-9A-Za-z\-]{1,128}$")
+
+
+def canonical_json(obj: Any) -> bytes:
+    """The byte form digests are computed over (sorted keys, no whitespace)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def digest_of(obj: dict[str, Any]) -> str:
+    body = {k: v for k, v in obj.items() if k != "digest"}
+    return "sha256:" + hashlib.sha256(canonical_json(body)).hexdigest()
+
+
+def check_relative_path(path: Any) -> str:
+    """Refuse any path that could resolve outside staging or be hidden from readers."""
+    if not isinstance(path, str) or not path:
+        raise ManifestError(f"file path {path!r} is not a non-empty string")
+    if "\\" in path or "\x00" in path or path.startswith("/") or "://" in path:
+        raise ManifestError(f"file path {path!r} is absolute or not a plain relative path")
+    for part in path.split("/"):
+        if part in ("", ".", ".."):
+            raise ManifestError(f"file path {path!r} escapes staging or is not normalised")
+        if part.startswith((".", "_")):
+            raise ManifestError(
+                f"file path {path!r} has a hidden component ({part!r}); readers would skip it")
+    return path
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One staged file: where it is (relative to staging), how big, its checksum."""
+
+    path: str
+    size: int
+    checksum: str
+    rows: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "size": self.size, "checksum": self.checksum, "rows": self.rows}
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A sealed, versioned list of an attempt's staged files."""
+
+    namespace: str
+    target: str
+    epoch: str
+    attempt: int
+    staging: str
+    files: tuple[FileEntry, ...]
+    created_at: float = field(default_factory=time.time)
+    digest: str = ""
+
+    @property
+    def txn_id(self) -> str:
+        return f"{self.namespace}/{self.epoch}/{self.attempt}"
+
+    @property
+    def total_files(self) -> int:
+        return len(self.files)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    @property
+    def total_rows(self) -> int | None:
+        if not self.files or any(f.rows is None for f in self.files):
+            return None
+        return sum(f.rows for f in self.files)  # type: ignore[misc]
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "txn": {"namespace": self.namespace, "target": self.target,
+                    "epoch": self.epoch, "attempt": self.attempt},
+            "txn_id": self.txn_id,
+            "staging": self.staging,
+            "created_at": round(self.created_at, 6),
+            "files": [f.to_dict() for f in self.files],
+            "totals": {"files": self.total_files, "bytes": self.total_bytes,
+                       "rows": self.total_rows},
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        body = self.body()
+        body["digest"] = digest_of(body)
+        return body
+
+    def to_json_bytes(self) -> bytes:
+        return json.dumps(self.to_dict(), sort_keys=True, indent=1).encode()
+
+    @classmethod
+    def build(cls, *, namespace: str, target: str, epoch: str, attempt: int, staging: str,
+              files: Iterable[FileEntry]) -> Manifest:
+        entries = tuple(sorted(files, key=lambda f: f.path))
+        m = cls(namespace, target, epoch, attempt, staging, entries)
+        return cls(namespace, target, epoch, attempt, staging, entries, m.created_at,
+                   digest_of(m.body()))
+
+    # -- parsing --------------------------------------------------------------
+    @classmethod
+    def parse(cls, data: bytes | str | dict[str, Any], *, where: str = "manifest") -> Manifest:
+        """Parse and validate a manifest document (not yet against storage)."""
+        if isinstance(data, dict):
+            doc = data
+        else:
+            try:
+                doc = json.loads(data)
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise ManifestError(
+                    f"{where} is not valid JSON ({exc.__class__.__name__})") from None
+        if not isinstance(doc, dict):
+            raise ManifestError(f"{where} is not a JSON object")
+        if doc.get("format") != FORMAT:
+            raise ManifestError(f"{where} is not an airflow-tpc manifest (format "
+                                f"{doc.get('format')!r})")
+        version = doc.get("version")
+        if version != VERSION:
+            raise ManifestError(f"{where} has unknown version {version!r}; this airflow-tpc "
+                                f"reads version {VERSION}")
+        digest = doc.get("digest")
+        if not isinstance(digest, str) or digest != digest_of(doc):
+            raise ManifestError(f"{where} digest does not match its content (tampered or "
+                                "truncated)")
+        try:
+            txn = doc["txn"]
+            namespace, target, epoch = (_str(txn, k) for k in ("namespace", "target", "epoch"))
+            attempt = _int(txn, "attempt")
+            staging = _str(doc, "staging")
+            created_at = doc["created_at"]
+            raw_files = doc["files"]
+            totals = doc["totals"]
+            if not isinstance(raw_files, list) or not isinstance(totals, dict):
+                raise TypeError("files/totals")
+            if not isinstance(created_at, (int, float)) or isinstance(created_at, bool):
+                raise TypeError("created_at")
+        except (KeyError, TypeError) as exc:
+            raise ManifestError(f"{where} is missing or mistypes a required field "
+                                f"({exc.args[0] if exc.args else exc})") from None
+        entries = [_entry(f, where) for f in raw_files]
+        seen: set[str] = set()
+        for e in entries:
+            if e.path in seen:
+                raise ManifestError(f"{where} lists {e.path!r} twice")
+            seen.add(e.path)
+        m = cls(namespace, target, epoch, attempt, staging, tuple(entries), float(created_at),
+                digest)
+        expected_totals = {"files": m.total_files, "bytes": m.total_bytes, "rows": m.total_rows}
+        if totals != expected_totals:
+            raise ManifestError(f"{where} totals {totals} do not match its files "
+                                f"{expected_totals}")
+        if doc.get("txn_id") != m.txn_id:
+            raise ManifestError(f"{where} txn_id {doc.get('txn_id')!r} does not match its "
+                                "transaction")
+        return m
+
+    def check_transaction(self, *, namespace: str, target: str, epoch: str, attempt: int,
+                          staging: str) -> None:
+        """Refuse a manifest that belongs to another transaction or staging prefix."""
+        for name, mine, theirs in (("namespace", self.namespace, namespace),
+                                   ("target", self.target, target),
+                                   ("epoch", self.epoch, epoch),
+                                   ("attempt", self.attempt, attempt),
+                                   ("staging", self.staging, staging)):
+            if mine != theirs:
+                raise ManifestError(
+                    f"manifest is for {name} {mine!r} but the transaction has {theirs!r}")
+
+
+def _str(doc: dict[str, Any], key: str) -> str:
+    value = doc[key]
+    if not isinstance(value, str) or not value:
+        raise TypeError(key)
+    return value
+
+
+def _int(doc: dict[str, Any], key: str) -> int:
+    value = doc[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise TypeError(key)
+    return value
+
+
+def _entry(raw: Any, where: str) -> FileEntry:
+    if not isinstance(raw, dict) or set(raw) - {"path", "size", "checksum", "rows"}:
+        raise ManifestError(f"{where} has a malformed file entry {str(raw)[:80]!r}")
+    path = check_relative_path(raw.get("path"))
+    size = raw.get("size")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise ManifestError(f"{where}: {path!r} has an invalid size {size!r}")
+    checksum = raw.get("checksum")
+    if not isinstance(checksum, str) or not _CHECKSUM_RE.match(checksum):
+        raise ManifestError(f"{where}: {path!r} has an invalid checksum {checksum!r}")
+    rows = raw.get("rows")
+    if rows is not None and (not isinstance(rows, int) or isinstance(rows, bool) or rows < 0):
+        raise ManifestError(f"{where}: {path!r} has an invalid row count {rows!r}")
+    return FileEntry(path, size, checksum, rows)

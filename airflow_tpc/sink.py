@@ -1,0 +1,565 @@
+"""The transactional sink of one target: begin, pre-commit, commit, abort, recover.
+
+This is Flink's ``TwoPhaseCommitSinkFunction`` for batch epochs.  The commit
+point is one put-if-absent ``decision.json`` per (epoch, attempt); everything
+after it (promotion, clean-up) is idempotent and is finished by whoever comes
+next — a retried commit, the commit of a later epoch, or :meth:`Sink.recover`.
+No Airflow import: operators, the CLI and Spark jobs all drive this class.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from typing import Any
+
+from . import promote as _promote
+from .errors import (
+    CommitConflict,
+    FencedError,
+    InvalidState,
+    ManifestError,
+    NamespaceConflict,
+    TpcError,
+    TransactionExpired,
+)
+from .faults import crashpoint
+from .ledger import (
+    ABANDONED,
+    BEGIN,
+    DECISION,
+    PUBLISHED,
+    SUPERSEDED,
+    AttemptRecords,
+    Layout,
+    Ledger,
+    check_epoch,
+    epoch_sort_key,
+)
+from .manifest import MANIFEST_NAME, FileEntry, Manifest
+from .staging import checksum_for, list_staged, verify_against_storage
+from .storage import Storage, open_storage
+from .transaction import (
+    CommitResult,
+    RecoveryReport,
+    SinkConfig,
+    Transaction,
+    TxnInfo,
+    TxnState,
+)
+
+log = logging.getLogger("airflow_tpc")
+
+_NAMESPACE_MAX = 200
+
+
+class Sink:
+    """One target written transactionally by one pipeline (its namespace).
+
+    >>> sink = Sink("file:///data/daily_events", namespace="events_pipeline")
+    >>> txn = sink.begin("2026-11-20")          # staging prefix unique to this attempt
+    >>> # ... the Spark job writes into txn.staging_uri ...
+    >>> manifest = sink.precommit(txn)           # seal: the manifest is written last
+    >>> sink.commit(txn, expected_digest=manifest.digest)   # decide, then promote
+    """
+
+    def __init__(self, target: str, namespace: str, *,
+                 storage_options: dict[str, Any] | None = None,
+                 config: SinkConfig | None = None,
+                 storage: Storage | None = None) -> None:
+        if not isinstance(namespace, str) or not namespace.strip() \
+                or len(namespace) > _NAMESPACE_MAX or any(c in namespace for c in "/\\\n\x00"):
+            raise TpcError(f"invalid namespace {namespace!r}: a non-empty name without '/'")
+        self.config = config or SinkConfig()
+        if storage is None:
+            storage, root = open_storage(target, storage_options,
+                                         copy_workers=self.config.copy_workers)
+        else:  # an injected store (fault-injection tests): only the path comes from the URI
+            root = open_storage(target)[1]
+        self.storage: Storage = storage
+        self.namespace = namespace
+        staging_root = ""
+        if self.config.staging_root:
+            other, staging_root = open_storage(self.config.staging_root)
+            if other.scheme != self.storage.scheme:
+                raise TpcError("staging_root must be on the same store as the target")
+        self.layout = Layout(self.storage, root, staging_root)
+        self.ledger = Ledger(self.layout)
+        self.target = self.storage.uri(root)
+        self._claimed = False
+
+    def __repr__(self) -> str:
+        return f"Sink({self.target!r}, namespace={self.namespace!r})"
+
+    # ------------------------------------------------------------------ begin
+    def begin(self, epoch: str, owner: dict[str, Any] | None = None) -> Transaction:
+        """Start a new attempt at ``epoch`` with a fencing number above every earlier one."""
+        check_epoch(epoch)
+        self._claim_namespace()
+        attempts = self.ledger.scan(epoch).get(epoch, {})
+        attempt = max(attempts, default=0) + 1
+        owner = dict(owner or {})
+        owner.setdefault("host", socket.gethostname())
+        owner.setdefault("pid", os.getpid())
+        for _ in range(1000):
+            txn = Transaction(self.namespace, self.target, epoch, attempt,
+                              self.storage.uri(self.layout.staging(epoch, attempt)),
+                              time.time(), float(self.config.timeout_s))
+            doc = {**txn.to_dict(), "owner": owner, "nonce": uuid.uuid4().hex}
+            created, _ = self.ledger.create_or_get(epoch, attempt, BEGIN, doc)
+            if created:
+                log.info("began %s (staging %s)", txn.txn_id, txn.staging_uri)
+                return txn
+            attempt += 1  # another begin raced us to this number; take the next
+        raise TpcError(f"could not allocate an attempt for epoch {epoch}")  # pragma: no cover
+
+    def transaction(self, epoch: str, attempt: int) -> Transaction:
+        """Load a transaction from its begin record."""
+        check_epoch(epoch)
+        doc = self.ledger.read(epoch, attempt, BEGIN)
+        if doc is None:
+            raise InvalidState(f"{self.target}: no transaction for epoch {epoch} attempt {attempt}")
+        txn = Transaction.from_dict(doc)
+        if txn.namespace != self.namespace and not self.config.allow_foreign_namespace:
+            raise NamespaceConflict(f"{txn.txn_id} belongs to namespace {txn.namespace!r}, "
+                                    f"not {self.namespace!r}")
+        return txn
+
+    def latest_transaction(self, epoch: str) -> Transaction | None:
+        attempts = self.ledger.scan(check_epoch(epoch)).get(epoch, {})
+        return self.transaction(epoch, max(attempts)) if attempts else None
+
+    def _claim_namespace(self) -> None:
+        if self._claimed:
+            return
+        doc = {"format": "airflow-tpc-sink", "version": 1, "namespace": self.namespace}
+        path = self.layout.sink_record
+        if not self.storage.put_if_absent(path, self.ledger.encode(doc)):
+            existing = self.ledger._decode(path, self.storage.read_bytes(path)) or {}
+            owner = existing.get("namespace")
+            if owner != self.namespace:
+                if not self.config.allow_foreign_namespace:
+                    raise NamespaceConflict(
+                        f"target {self.target} is written by namespace {owner!r}; this sink's "
+                        f"namespace is {self.namespace!r}. Two pipelines must not share a target "
+                        "unknowingly; pass allow_foreign_namespace=True if this is intended.")
+                log.warning("namespace %r writes target %s owned by namespace %r "
+                            "(allow_foreign_namespace=True)", self.namespace, self.target, owner)
+        self._claimed = True
+
+    def _check_own(self, txn: Transaction) -> None:
+        if txn.target.rstrip("/") != self.target.rstrip("/"):
+            raise TpcError(f"{txn.txn_id} is for target {txn.target}, not {self.target}")
+        if txn.namespace != self.namespace and not self.config.allow_foreign_namespace:
+            raise NamespaceConflict(f"{txn.txn_id} belongs to namespace {txn.namespace!r}, "
+                                    f"not {self.namespace!r}")
+        check_epoch(txn.epoch)
+        begin = self.ledger.read(txn.epoch, txn.attempt, BEGIN)
+        if begin is None or Transaction.from_dict(begin) != txn:
+            raise InvalidState(f"{txn.txn_id} does not match its begin record in the ledger "
+                               f"of {self.target} (stale or forged transaction)")
+
+    def _fence(self, txn: Transaction, attempts: dict[int, AttemptRecords], verb: str) -> None:
+        higher = max(attempts, default=0)
+        if higher > txn.attempt:
+            raise FencedError(f"{verb} refused for {txn.txn_id}: attempt {higher} of epoch "
+                              f"{txn.epoch} has begun since (this attempt is a zombie and its "
+                              "output will never be published)")
+
+    def _warn_age(self, txn: Transaction, now: float | None = None) -> None:
+        age = txn.age(now)
+        if age > self.config.warn_fraction * txn.timeout_s and age <= txn.timeout_s:
+            log.warning("%s is %.0f s old, %.0f%% of its %.0f s transaction timeout: commit it "
+                        "soon or it expires", txn.txn_id, age, 100 * age / txn.timeout_s,
+                        txn.timeout_s)
+
+    # -------------------------------------------------------------- precommit
+    def precommit(self, txn: Transaction, *, rows: dict[str, int] | None = None,
+                  checksums: dict[str, str] | None = None) -> Manifest:
+        """Seal the attempt's staging: list it, write the manifest last.  Idempotent."""
+        self._check_own(txn)
+        attempts = self.ledger.scan(txn.epoch).get(txn.epoch, {})
+        self._fence(txn, attempts, "pre-commit")
+        if DECISION in attempts.get(txn.attempt, AttemptRecords()).kinds:
+            raise FencedError(f"pre-commit refused for {txn.txn_id}: it is already decided")
+        self._warn_age(txn)
+        staging = self.layout.staging(txn.epoch, txn.attempt)
+        staged = list_staged(self.storage, staging)
+        existing = self.read_manifest(txn)
+        if existing is not None:
+            if {f.path: f.size for f in existing.files} == {k: v.size for k, v in staged.items()}:
+                return existing
+            raise ManifestError(f"{txn.txn_id} is already pre-committed with different files; "
+                                "a sealed attempt never changes — begin a new attempt")
+        rows = rows or {}
+        checksums = checksums or {}
+        entries = [FileEntry(rel, info.size, checksums.get(rel) or checksum_for(self.storage, info),
+                             rows.get(rel)) for rel, info in staged.items()]
+        manifest = Manifest.build(namespace=txn.namespace, target=txn.target, epoch=txn.epoch,
+                                  attempt=txn.attempt, staging=txn.staging_uri, files=entries)
+        crashpoint("precommit.before_manifest")
+        self.storage.put(self.storage.join(staging, MANIFEST_NAME), manifest.to_json_bytes())
+        log.info("pre-committed %s: %d files, %d bytes, digest %s", txn.txn_id,
+                 manifest.total_files, manifest.total_bytes, manifest.digest)
+        return manifest
+
+    def manifest_uri(self, txn: Transaction) -> str:
+        return self.storage.uri(self.storage.join(self.layout.staging(txn.epoch, txn.attempt),
+                                                  MANIFEST_NAME))
+
+    def read_manifest(self, txn: Transaction) -> Manifest | None:
+        """The attempt's pre-commit manifest, validated; None if not pre-committed yet."""
+        staging = self.layout.staging(txn.epoch, txn.attempt)
+        data = self.storage.read_bytes(self.storage.join(staging, MANIFEST_NAME))
+        if data is None:
+            return None
+        manifest = Manifest.parse(data, where=f"manifest of {txn.txn_id}")
+        manifest.check_transaction(namespace=txn.namespace, target=txn.target, epoch=txn.epoch,
+                                   attempt=txn.attempt, staging=txn.staging_uri)
+        return manifest
+
+    # ----------------------------------------------------------------- commit
+    def commit(self, txn: Transaction, *, expected_digest: str | None = None,
+               force: bool = False) -> CommitResult:
+        """Decide (one put-if-absent record), then promote.  Safe to call again."""
+        self._check_own(txn)
+        epoch = txn.epoch
+        scan = self.ledger.scan()
+        attempts = scan.get(epoch, {})
+        rec = attempts.get(txn.attempt, AttemptRecords())
+        decision = self.ledger.get(epoch, txn.attempt, rec, DECISION)
+        if decision is None:
+            manifest = self._decide_commit(txn, attempts, expected_digest, force)
+            outcome = "committed"
+            rec.kinds.add(DECISION)
+        else:
+            if decision.get("outcome") != "commit":
+                raise InvalidState(f"cannot commit {txn.txn_id}: it was "
+                                   f"{_state_of_decision(decision)} ({decision.get('reason')})")
+            manifest = Manifest.parse(decision["manifest"], where=f"decision of {txn.txn_id}")
+            if expected_digest and manifest.digest != expected_digest:
+                raise CommitConflict(f"{txn.txn_id} was committed with manifest {manifest.digest},"
+                                     f" not {expected_digest}")
+            outcome = "already_committed"
+        winner = self._finish_epoch(epoch, attempts)
+        if winner != txn.attempt:
+            outcome = "superseded"
+        rolled = self._roll_forward(scan, skip={epoch})
+        if outcome == "committed":
+            log.info("committed %s: %d files, %d bytes", txn.txn_id, manifest.total_files,
+                     manifest.total_bytes)
+        return CommitResult(txn, outcome, manifest, rolled)
+
+    def _decide_commit(self, txn: Transaction, attempts: dict[int, AttemptRecords],
+                       expected_digest: str | None, force: bool) -> Manifest:
+        self._fence(txn, attempts, "commit")
+        if txn.expired():
+            if not force:
+                raise TransactionExpired(
+                    f"{txn.txn_id} is {txn.age():.0f} s old, past its {txn.timeout_s:.0f} s "
+                    "timeout; its data may be incomplete or superseded. Abort it, or commit "
+                    "with force=True if you are sure.")
+            log.error("FORCED commit of expired %s (%.0f s old, timeout %.0f s): its data may be "
+                      "stale; if a newer run already rewrote this epoch, that output is lost",
+                      txn.txn_id, txn.age(), txn.timeout_s)
+        self._warn_age(txn)
+        manifest = self.read_manifest(txn)
+        if manifest is None:
+            raise InvalidState(f"cannot commit {txn.txn_id}: it is not pre-committed (no "
+                               f"manifest at {self.manifest_uri(txn)})")
+        if expected_digest and manifest.digest != expected_digest:
+            raise ManifestError(f"manifest of {txn.txn_id} in storage has digest "
+                                f"{manifest.digest}, but {expected_digest} was validated: it "
+                                "changed after pre-commit")
+        verify_against_storage(self.storage, self.layout.staging(txn.epoch, txn.attempt),
+                               manifest, self.config.verify)
+        doc = {"outcome": "commit", "txn_id": txn.txn_id, "decided_at": time.time(),
+               "mode": self.config.promotion, "forced": bool(force and txn.expired()),
+               "manifest": manifest.to_dict()}
+        crashpoint("commit.before_decision")
+        created, winner = self.ledger.create_or_get(txn.epoch, txn.attempt, DECISION, doc)
+        if not created:
+            same = winner.get("outcome") == "commit" and \
+                winner.get("manifest", {}).get("digest") == manifest.digest
+            if not same:
+                raise CommitConflict(f"{txn.txn_id} was decided concurrently by another "
+                                     f"committer: {_state_of_decision(winner)}")
+        crashpoint("commit.after_decision")
+        return manifest
+
+    def _winner(self, epoch: str, attempts: dict[int, AttemptRecords]) -> tuple[int, dict] | None:
+        """The highest attempt of the epoch decided as commit (and not abandoned)."""
+        for attempt in sorted(attempts, reverse=True):
+            rec = attempts[attempt]
+            if ABANDONED in rec.kinds:
+                continue
+            decision = self.ledger.get(epoch, attempt, rec, DECISION)
+            if decision is not None and decision.get("outcome") == "commit":
+                return attempt, decision
+        return None
+
+    def _finish_epoch(self, epoch: str, attempts: dict[int, AttemptRecords]) -> int | None:
+        """Roll the epoch forward to its winning commit and clean what it displaced."""
+        won = self._winner(epoch, attempts)
+        if won is None:
+            return None
+        attempt, decision = won
+        rec = attempts[attempt]
+        if PUBLISHED not in rec.kinds:
+            manifest = Manifest.parse(decision["manifest"], where=f"decision of {epoch}/{attempt}")
+            _promote.promote(self.layout, manifest, decision.get("mode", "move"))
+            crashpoint("commit.before_published")
+            self.ledger.create(epoch, attempt, PUBLISHED, {"published_at": time.time()})
+            rec.kinds.add(PUBLISHED)
+        for other, orec in attempts.items():
+            if other >= attempt:
+                continue
+            odecision = self.ledger.get(epoch, other, orec, DECISION)
+            if odecision is None:
+                self._abort(epoch, other, f"superseded by committed attempt {attempt}")
+            elif odecision.get("outcome") == "commit" and SUPERSEDED not in orec.kinds:
+                # A lower commit: its published files went with the swap/cleanup above;
+                # its staging (kept by "manifest" mode or never promoted) goes now.
+                self.layout.remove_staging(epoch, other)
+                self.ledger.create(epoch, other, SUPERSEDED, {"by": attempt})
+                orec.kinds.add(SUPERSEDED)
+        return attempt
+
+    def _roll_forward(self, scan: dict[str, dict[int, AttemptRecords]],
+                      skip: set[str] = frozenset()) -> list[tuple[str, int]]:  # type: ignore[assignment]
+        """Finish every epoch with a decided-but-unpublished commit (lost notifications)."""
+        done = []
+        for epoch in sorted(scan, key=epoch_sort_key):
+            if epoch in skip:
+                continue
+            attempts = scan[epoch]
+            pending = [a for a, r in attempts.items()
+                       if DECISION in r.kinds and PUBLISHED not in r.kinds
+                       and ABANDONED not in r.kinds and SUPERSEDED not in r.kinds]
+            if not pending:
+                continue
+            won = self._finish_epoch(epoch, attempts)
+            if won is not None and won in pending:
+                log.warning("rolled forward epoch %s attempt %d: its commit was decided but "
+                            "not carried out", epoch, won)
+                done.append((epoch, won))
+        return done
+
+    # ------------------------------------------------------------------ abort
+    def abort(self, txn: Transaction, reason: str = "aborted") -> None:
+        """Throw the attempt away: record ABORTED, remove its staging.  Idempotent."""
+        self._check_own(txn)
+        self._abort(txn.epoch, txn.attempt, reason)
+
+    def _abort(self, epoch: str, attempt: int, reason: str, expired: bool = False) -> None:
+        doc = {"outcome": "abort", "reason": reason, "expired": expired,
+               "decided_at": time.time()}
+        crashpoint("abort.before_decision")
+        created, winner = self.ledger.create_or_get(epoch, attempt, DECISION, doc)
+        if not created and winner.get("outcome") == "commit":
+            raise InvalidState(f"cannot abort {self.namespace}/{epoch}/{attempt}: it is "
+                               "COMMITTED (use a new run of the epoch to replace its output)")
+        crashpoint("abort.after_decision")
+        self.layout.remove_staging(epoch, attempt)
+        crashpoint("abort.after_cleanup")
+        if created:
+            log.info("aborted %s/%s/%d: %s", self.namespace, epoch, attempt, reason)
+
+    # ---------------------------------------------------------------- recover
+    def recover(self, *, ignore_failures_after_timeout: bool = False,
+                now: float | None = None) -> RecoveryReport:
+        """Flink's restore: roll every decided commit forward, abort what is stale.
+
+        Raises :class:`TpcError` (with ``.report``) if a decided commit still cannot be
+        carried out, so the failure surfaces on every restore; with
+        ``ignore_failures_after_timeout`` such a commit is given up — loudly — once it
+        is past its timeout.
+        """
+        now = time.time() if now is None else now
+        report = RecoveryReport()
+        scan = self.ledger.scan()
+        for epoch in sorted(scan, key=epoch_sort_key):
+            attempts = scan[epoch]
+            try:
+                won = self._finish_epoch_recording(epoch, attempts, report)
+            except TpcError as exc:
+                self._commit_failed(epoch, attempts, exc, report, now,
+                                    ignore_failures_after_timeout)
+                continue
+            top = max(attempts)
+            for attempt in sorted(attempts):
+                rec = attempts[attempt]
+                if DECISION in rec.kinds:
+                    continue
+                if won is not None and attempt < won:
+                    continue  # handled by _finish_epoch
+                begin = self.ledger.get(epoch, attempt, rec, BEGIN) or {}
+                started = float(begin.get("started_at", now))
+                timeout = float(begin.get("timeout_s", self.config.timeout_s))
+                if attempt < top:
+                    self._abort(epoch, attempt, f"superseded by attempt {top}")
+                    report.aborted.append((epoch, attempt, "superseded"))
+                elif now - started > timeout:
+                    self._expire(epoch, attempt, now - started, timeout)
+                    report.aborted.append((epoch, attempt, "expired"))
+                elif now - started > self.config.warn_fraction * timeout:
+                    log.warning("%s/%s/%d is %.0f s old (timeout %.0f s)", self.namespace,
+                                epoch, attempt, now - started, timeout)
+        report.cleaned = self._clean_finished_staging(scan)
+        if report.errors:
+            first = report.errors[0]
+            err = TpcError(f"recover of {self.target} could not finish {len(report.errors)} "
+                           f"decided commit(s); first: epoch {first[0]} attempt {first[1]}: "
+                           f"{first[2]}. Nothing was lost: the decision and staged files are "
+                           "kept and the next recover retries.")
+            err.report = report  # type: ignore[attr-defined]
+            raise err
+        return report
+
+    def _finish_epoch_recording(self, epoch: str, attempts: dict[int, AttemptRecords],
+                                report: RecoveryReport) -> int | None:
+        pending = {a for a, r in attempts.items()
+                   if DECISION in r.kinds and PUBLISHED not in r.kinds
+                   and ABANDONED not in r.kinds and SUPERSEDED not in r.kinds}
+        won = self._finish_epoch(epoch, attempts)
+        if won is not None and won in pending:
+            report.rolled_forward.append((epoch, won))
+        return won
+
+    def _commit_failed(self, epoch: str, attempts: dict[int, AttemptRecords], exc: Exception,
+                       report: RecoveryReport, now: float, ignore: bool) -> None:
+        won = self._winner(epoch, attempts)
+        attempt = won[0] if won else -1
+        begin = self.ledger.get(epoch, attempt, attempts[attempt], BEGIN) if won else None
+        age = now - float((begin or {}).get("started_at", now))
+        timeout = float((begin or {}).get("timeout_s", self.config.timeout_s))
+        if ignore and won and age > timeout:
+            log.error("GIVING UP the commit of %s/%s/%d after its %.0f s timeout "
+                      "(ignore_failures_after_timeout=True): POSSIBLE DATA LOSS — its output "
+                      "is not published. Last error: %s", self.namespace, epoch, attempt,
+                      timeout, exc)
+            self.ledger.create(epoch, attempt, ABANDONED, {"at": now, "error": str(exc)})
+            attempts[attempt].kinds.add(ABANDONED)
+            report.abandoned.append((epoch, attempt, str(exc)))
+            return
+        log.error("recover could not finish the commit of %s/%s/%d: %s", self.namespace, epoch,
+                  attempt, exc)
+        report.errors.append((epoch, attempt, str(exc)))
+
+    def _expire(self, epoch: str, attempt: int, age: float, timeout: float) -> None:
+        staged = self.storage.read_bytes(self.storage.join(self.layout.staging(epoch, attempt),
+                                                           MANIFEST_NAME))
+        sealed = ""
+        if staged is not None:
+            try:
+                m = Manifest.parse(staged)
+                sealed = f" It was PRE-COMMITTED ({m.total_files} files, {m.total_bytes} bytes, " \
+                         f"digest {m.digest}): that output is discarded, never published."
+            except ManifestError:
+                sealed = " Its staged manifest was invalid."
+        log.warning("EXPIRING %s/%s/%d: %.0f s old, past its %.0f s timeout.%s", self.namespace,
+                    epoch, attempt, age, timeout, sealed)
+        self._abort(epoch, attempt, f"expired after {age:.0f} s (timeout {timeout:.0f} s)",
+                    expired=True)
+
+    def _clean_finished_staging(self, scan: dict[str, dict[int, AttemptRecords]]
+                                ) -> list[tuple[str, int]]:
+        """Remove staging left by finished transactions (e.g. a zombie's late writes)."""
+        cleaned = []
+        for epoch, attempts in _promote.staging_dirs(self.layout).items():
+            known = scan.get(epoch, {})
+            for attempt in attempts:
+                rec = known.get(attempt)
+                if rec is None or DECISION not in rec.kinds:
+                    continue  # unknown (begin in flight) or still open: not ours to remove
+                decision = self.ledger.get(epoch, attempt, rec, DECISION) or {}
+                keep = decision.get("outcome") == "commit" and decision.get("mode") == "manifest" \
+                    and SUPERSEDED not in rec.kinds and ABANDONED not in rec.kinds
+                if decision.get("outcome") == "commit" and PUBLISHED not in rec.kinds \
+                        and SUPERSEDED not in rec.kinds:
+                    keep = True  # still to be promoted
+                if not keep:
+                    self.layout.remove_staging(epoch, attempt)
+                    cleaned.append((epoch, attempt))
+        return cleaned
+
+    def gc(self) -> list[tuple[str, int]]:
+        """Remove staging of finished transactions (what recover cleans, without the rest)."""
+        return self._clean_finished_staging(self.ledger.scan())
+
+    # ------------------------------------------------------------- inspection
+    def describe(self, epoch: str | None = None, *, now: float | None = None) -> list[TxnInfo]:
+        """Every transaction of the target (or of one epoch), oldest epoch first."""
+        now = time.time() if now is None else now
+        scan = self.ledger.scan(check_epoch(epoch) if epoch is not None else None)
+        out = []
+        for ep in sorted(scan, key=epoch_sort_key):
+            attempts = scan[ep]
+            won = self._winner(ep, attempts)
+            for attempt in sorted(attempts):
+                out.append(self._info(ep, attempt, attempts[attempt], won, now))
+        return out
+
+    def _info(self, epoch: str, attempt: int, rec: AttemptRecords,
+              won: tuple[int, dict] | None, now: float) -> TxnInfo:
+        begin = self.ledger.get(epoch, attempt, rec, BEGIN) or {}
+        decision = self.ledger.get(epoch, attempt, rec, DECISION)
+        staging = self.layout.staging(epoch, attempt)
+        staged = self.storage.list(staging)
+        manifest_doc = None
+        if decision is not None and decision.get("outcome") == "commit":
+            state = TxnState.COMMITTED
+            manifest_doc = decision.get("manifest")
+        elif decision is not None:
+            state = TxnState.EXPIRED if decision.get("expired") else TxnState.ABORTED
+        else:
+            raw = self.storage.read_bytes(self.storage.join(staging, MANIFEST_NAME))
+            if raw is not None:
+                state = TxnState.PRECOMMITTED
+                try:
+                    manifest_doc = Manifest.parse(raw).to_dict()
+                except ManifestError:
+                    manifest_doc = None
+            else:
+                state = TxnState.OPEN
+        totals = (manifest_doc or {}).get("totals", {})
+        started = begin.get("started_at")
+        return TxnInfo(
+            epoch=epoch, attempt=attempt, txn_id=f"{self.namespace}/{epoch}/{attempt}",
+            state=state, published=PUBLISHED in rec.kinds,
+            superseded=state is TxnState.COMMITTED and won is not None and won[0] != attempt,
+            files=totals.get("files"), bytes=totals.get("bytes"), rows=totals.get("rows"),
+            started_at=started, age_s=(now - started) if started else None,
+            decided_at=(decision or {}).get("decided_at"), reason=(decision or {}).get("reason"),
+            staging_uri=self.storage.uri(staging), staging_files=len(staged),
+            staging_bytes=sum(o.size for o in staged), owner=begin.get("owner"))
+
+    def committed_files(self, epochs: Any = None) -> dict[str, list[str]]:
+        """Read-committed view: epoch -> URIs of the files of its published attempt."""
+        wanted = None if epochs is None else {str(e) for e in epochs}
+        out: dict[str, list[str]] = {}
+        for name in self.storage.list_dirs(self.layout.root):
+            if not name.startswith("epoch="):
+                continue
+            epoch = name[len("epoch="):]
+            if wanted is not None and epoch not in wanted:
+                continue
+            marker = _promote.read_marker(self.layout, epoch)
+            if marker is None:
+                continue
+            out[epoch] = [p if "://" in p else self.storage.uri(self.storage.join(
+                self.layout.root, p)) for p in (f["path"] for f in marker["files"])]
+        return dict(sorted(out.items(), key=lambda kv: epoch_sort_key(kv[0])))
+
+    def output_uri(self, epoch: str) -> str:
+        """Where epoch ``epoch`` is published (and where non-transactional modes write)."""
+        return self.storage.uri(self.layout.published_dir(check_epoch(epoch)))
+
+
+def _state_of_decision(decision: dict[str, Any]) -> str:
+    if decision.get("outcome") == "commit":
+        return "COMMITTED"
+    return "EXPIRED" if decision.get("expired") else "ABORTED"

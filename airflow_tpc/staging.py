@@ -1,0 +1,84 @@
+"""What counts as an attempt's output inside its staging prefix, and checking it.
+
+Spark's committers leave bookkeeping next to the data (``_temporary/``,
+``_SUCCESS``, ``.crc`` files); names starting with ``_`` or ``.`` are hidden from
+every Hadoop/Spark reader, so they are never part of a manifest.  Everything
+else in staging must be listed in the manifest, byte for byte, or the commit is
+refused — with directory-rename promotion an unlisted file would be published.
+"""
+
+from __future__ import annotations
+
+from .errors import ManifestError
+from .manifest import MANIFEST_NAME, FileEntry, Manifest
+from .storage import ObjectInfo, Storage
+
+
+def is_hidden(relpath: str) -> bool:
+    return any(part.startswith(("_", ".")) for part in relpath.split("/")) or relpath.endswith(
+        ".crc")
+
+
+def list_staged(storage: Storage, staging: str) -> dict[str, ObjectInfo]:
+    """Visible files in staging, by path relative to it.  Symlinks are refused."""
+    out: dict[str, ObjectInfo] = {}
+    prefix = staging.rstrip("/") + "/"
+    for info in storage.list(staging):
+        rel = info.path[len(prefix):] if info.path.startswith(prefix) else None
+        if rel is None or rel == MANIFEST_NAME:
+            continue
+        if info.is_symlink:
+            raise ManifestError(f"staging holds a symlink {rel!r}; symlinks could lead outside "
+                                "staging and are never promoted")
+        if is_hidden(rel):
+            continue
+        out[rel] = info
+    return out
+
+
+def checksum_for(storage: Storage, info: ObjectInfo, algo: str = "sha256") -> str:
+    """A checksum string for a staged file: the ETag where the store has one."""
+    if info.etag and algo == "etag":
+        return f"etag:{info.etag}"
+    if info.etag and storage.scheme == "s3":
+        return f"etag:{info.etag}"
+    return f"{algo}:{storage.checksum(info.path, algo)}"
+
+
+def verify_against_storage(storage: Storage, staging: str, manifest: Manifest,
+                           verify: str = "checksum") -> None:
+    """Refuse a manifest whose files are not exactly what staging holds.
+
+    ``verify="checksum"`` re-checks every checksum (ETags come free with the
+    listing on S3; local files are re-hashed); ``"size"`` trusts sizes only.
+    """
+    staged = list_staged(storage, staging)
+    listed = {f.path: f for f in manifest.files}
+    missing = sorted(set(listed) - set(staged))
+    if missing:
+        raise ManifestError(f"{len(missing)} file(s) listed in the manifest are missing from "
+                            f"staging, e.g. {missing[0]!r}")
+    extra = sorted(set(staged) - set(listed))
+    if extra:
+        raise ManifestError(f"staging holds {len(extra)} file(s) the manifest does not list, "
+                            f"e.g. {extra[0]!r}; refusing to publish unlisted data")
+    for rel, entry in listed.items():
+        info = staged[rel]
+        if info.size != entry.size:
+            raise ManifestError(f"{rel!r} is {info.size} bytes in storage but the manifest says "
+                                f"{entry.size}")
+        if verify == "checksum":
+            _check_checksum(storage, info, entry)
+
+
+def _check_checksum(storage: Storage, info: ObjectInfo, entry: FileEntry) -> None:
+    algo, _, value = entry.checksum.partition(":")
+    if algo == "etag":
+        actual = info.etag
+    elif algo == "md5" and info.etag and "-" not in info.etag:
+        actual = info.etag  # a single-part S3 object's ETag is its MD5
+    else:
+        actual = storage.checksum(info.path, algo)
+    if actual != value:
+        raise ManifestError(f"{info.path.rsplit('/', 1)[-1]!r} does not match its manifest "
+                            f"checksum ({algo}); the file was altered after pre-commit")

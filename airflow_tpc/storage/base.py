@@ -1,0 +1,114 @@
+"""The one narrow interface between the protocol and a store.
+
+Paths are *store paths*: absolute paths without a scheme (``/data/t/x`` on a
+local disk, ``bucket/prefix/x`` on S3).  :meth:`Storage.uri` turns one back into a
+URI for people and for Spark.  Everything the protocol needs from a store is
+here; the two implementations differ mainly in how promotion can be made
+cheap: a local disk can swap whole directories atomically, S3 can copy
+server-side in parallel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+CHUNK = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """One file (object) found by a recursive listing."""
+
+    path: str
+    size: int
+    etag: str | None = None
+    is_symlink: bool = False
+
+
+class Storage(ABC):
+    """A store holding one target: ledger records, staging and published files."""
+
+    scheme: str = ""
+    #: True when a directory can be renamed/swapped atomically (promotion by rename).
+    atomic_dir_rename: bool = False
+
+    # -- naming ---------------------------------------------------------------
+    @abstractmethod
+    def uri(self, path: str) -> str:
+        """The URI of a store path (for people, manifests and Spark)."""
+
+    @staticmethod
+    def join(*parts: str) -> str:
+        head, *rest = parts
+        out = head.rstrip("/")
+        for part in rest:
+            out = f"{out}/{part.strip('/')}"
+        return out
+
+    # -- reading --------------------------------------------------------------
+    @abstractmethod
+    def read_bytes(self, path: str) -> bytes | None:
+        """The whole content of ``path``, or None when it does not exist."""
+
+    @abstractmethod
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        """Every file below ``prefix``, recursively (never served from a cache)."""
+
+    @abstractmethod
+    def list_dirs(self, prefix: str) -> list[str]:
+        """Names of the immediate sub-directories of ``prefix``."""
+
+    def exists(self, path: str) -> bool:
+        return self.read_bytes(path) is not None
+
+    def checksum(self, path: str, algo: str) -> str:
+        """Hex digest of the content of ``path`` with hashlib ``algo`` (streamed)."""
+        h = hashlib.new(algo)
+        for chunk in self.iter_chunks(path):
+            h.update(chunk)
+        return h.hexdigest()
+
+    @abstractmethod
+    def iter_chunks(self, path: str) -> Iterable[bytes]:
+        """Stream the content of ``path``."""
+
+    # -- writing --------------------------------------------------------------
+    @abstractmethod
+    def put(self, path: str, data: bytes) -> None:
+        """Write ``data`` at ``path`` (replacing it), atomically for readers."""
+
+    @abstractmethod
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        """Create ``path`` with ``data`` only if nothing is there: the commit point.
+
+        Returns True when this call created it, False when it already existed
+        (the caller compares contents: a retried request may have created it).
+        """
+
+    @abstractmethod
+    def delete_prefix(self, prefix: str) -> None:
+        """Remove everything below ``prefix``; a missing prefix is not an error."""
+
+    @abstractmethod
+    def delete_files(self, paths: Iterable[str]) -> None:
+        """Remove the given files; missing ones are not an error."""
+
+    def prune_empty_parent(self, path: str) -> None:
+        """Remove the now-empty parent folder of ``path`` (object stores have none)."""
+        return None
+
+    # -- promotion primitives (a store implements the one its kind allows) ----
+    def replace_dir(self, src: str, dst: str) -> bool:
+        """Move directory ``src`` to ``dst`` atomically.
+
+        If ``dst`` exists, the two are exchanged (the old ``dst`` ends up at
+        ``src``) and True is returned.  Only for ``atomic_dir_rename`` stores.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot rename directories")
+
+    def copy_many(self, pairs: list[tuple[str, str]]) -> None:
+        """Server-side copy of (src, dst) pairs, in parallel, with retries."""
+        raise NotImplementedError(f"{type(self).__name__} cannot copy server-side")

@@ -1,0 +1,191 @@
+"""Local (POSIX) file system backend.
+
+The commit point is a fully written temporary file linked into place with
+``link(2)``, which fails if the name exists: a put-if-absent that never exposes a
+partial record.  Promotion swaps whole directories with ``renameat2(2)``'s
+``RENAME_EXCHANGE`` (Linux), so readers see the old epoch or the new one, never
+a mix, at the cost of a constant number of renames per epoch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import shutil
+import uuid
+from collections.abc import Iterable, Iterator
+
+from ..errors import StorageError
+from .base import CHUNK, ObjectInfo, Storage
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+_libc = None
+try:  # pragma: no branch - platform dependent
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _renameat2 = _libc.renameat2
+    _renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                           ctypes.c_uint]
+except (OSError, AttributeError):  # non-Linux or old glibc
+    _renameat2 = None
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Atomically exchange two directories; False when the platform can't."""
+    if _renameat2 is None:
+        return False
+    rc = _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    if rc == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), b)
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class LocalStorage(Storage):
+    scheme = "file"
+    atomic_dir_rename = True
+
+    def uri(self, path: str) -> str:
+        return f"file://{path}"
+
+    def read_bytes(self, path: str) -> bytes | None:
+        try:
+            with open(path, "rb") as fh:
+                return fh.read()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+        except OSError as exc:
+            raise StorageError(f"cannot read {path}: {exc.strerror}") from None
+
+    def iter_chunks(self, path: str) -> Iterator[bytes]:
+        try:
+            with open(path, "rb") as fh:
+                while chunk := fh.read(CHUNK):
+                    yield chunk
+        except OSError as exc:
+            raise StorageError(f"cannot read {path}: {exc.strerror}") from None
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        out: list[ObjectInfo] = []
+        if not os.path.isdir(prefix):
+            return out
+        for root, dirs, files in os.walk(prefix, followlinks=False):
+            for name in files + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
+                full = os.path.join(root, name)
+                try:
+                    st = os.lstat(full)
+                except FileNotFoundError:
+                    continue
+                link = os.path.islink(full)
+                out.append(ObjectInfo(full, st.st_size, None, link))
+        return out
+
+    def list_dirs(self, prefix: str) -> list[str]:
+        try:
+            with os.scandir(prefix) as it:
+                return [e.name for e in it if e.is_dir(follow_symlinks=False)]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def put(self, path: str, data: bytes) -> None:
+        tmp = self._write_temp(path, data)
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:
+            _unlink(tmp)
+            raise StorageError(f"cannot write {path}: {exc.strerror}") from None
+        _fsync_dir(os.path.dirname(path))
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        tmp = self._write_temp(path, data)
+        try:
+            os.link(tmp, path)
+            created = True
+        except FileExistsError:
+            created = False
+        except OSError as exc:
+            raise StorageError(f"cannot create {path}: {exc.strerror}") from None
+        finally:
+            _unlink(tmp)
+        if created:
+            _fsync_dir(os.path.dirname(path))
+        return created
+
+    def _write_temp(self, path: str, data: bytes) -> str:
+        directory = os.path.dirname(path)
+        tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
+        try:
+            os.makedirs(directory, exist_ok=True)
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            _unlink(tmp)
+            raise StorageError(f"cannot write {path}: {exc.strerror}") from None
+        return tmp
+
+    def delete_prefix(self, prefix: str) -> None:
+        if os.path.islink(prefix) or os.path.isfile(prefix):
+            _unlink(prefix)
+            return
+        try:
+            shutil.rmtree(prefix)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StorageError(f"cannot remove {prefix}: {exc.strerror}") from None
+
+    def prune_empty_parent(self, path: str) -> None:
+        """Remove ``path``'s parent if it is now empty (an epoch folder in staging)."""
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(path.rstrip("/")))
+
+    def delete_files(self, paths: Iterable[str]) -> None:
+        for path in paths:
+            _unlink(path)
+
+    def replace_dir(self, src: str, dst: str) -> bool:
+        try:
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            if not os.path.lexists(dst):
+                try:
+                    os.rename(src, dst)
+                    _fsync_dir(os.path.dirname(dst))
+                    return False
+                except OSError as exc:
+                    # ENOTEMPTY/EEXIST: someone created dst meanwhile -> exchange below.
+                    if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                        raise
+            if not _exchange(src, dst):
+                # Portable fallback: two renames; between them the epoch is absent
+                # (never mixed).  Documented in PROTOCOL.md.
+                aside = f"{src}.old-{uuid.uuid4().hex[:8]}"
+                os.rename(dst, aside)
+                os.rename(src, dst)
+                os.rename(aside, src)
+            _fsync_dir(os.path.dirname(dst))
+            _fsync_dir(os.path.dirname(src))
+            return True
+        except OSError as exc:
+            raise StorageError(f"cannot move {src} to {dst}: {exc.strerror}") from None
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)

@@ -1,0 +1,258 @@
+"""Amazon S3 (and S3-compatible) backend.
+
+Reading and listing go through fsspec/s3fs with its listing cache disabled (a
+stale listing is a protocol bug).  What S3 must do natively goes through boto3:
+the commit point is ``put_object(IfNoneMatch="*")`` (412 when the key exists);
+promotion uses server-side copies on a bounded thread pool.  boto3 is imported
+lazily so job-side code shipped to a cluster needs only fsspec.
+
+Credentials live only in the client objects: they are never formatted into
+messages, manifests or ``repr``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ..errors import StorageError
+from .base import CHUNK, ObjectInfo, Storage
+
+#: Objects above this size are copied with multipart ``UploadPartCopy`` (S3's
+#: single CopyObject limit is 5 GiB).
+MULTIPART_COPY_THRESHOLD = 5 * 1024**3
+MULTIPART_CHUNK = 512 * 1024**2
+
+_PUBLIC_OPTION_KEYS = ("endpoint_url", "region_name")
+
+
+def _client_error_code(exc: Exception) -> str:
+    response = getattr(exc, "response", None) or {}
+    return str(response.get("Error", {}).get("Code", type(exc).__name__))
+
+
+class S3Storage(Storage):
+    scheme = "s3"
+    atomic_dir_rename = False
+
+    def __init__(self, options: dict[str, Any] | None = None, *, copy_workers: int = 16,
+                 multipart_threshold: int = MULTIPART_COPY_THRESHOLD,
+                 multipart_chunk: int = MULTIPART_CHUNK) -> None:
+        self._options = dict(options or {})
+        self.copy_workers = copy_workers
+        self.multipart_threshold = multipart_threshold
+        self.multipart_chunk = multipart_chunk
+        self._fs = None
+        self._client = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:  # never show credentials
+        shown = {k: self._options[k] for k in _PUBLIC_OPTION_KEYS if k in self._options}
+        return f"S3Storage({shown})"
+
+    def public_options(self) -> dict[str, Any]:
+        """Options that may travel (to Spark conf, XCom): endpoint and region only."""
+        return {k: self._options[k] for k in _PUBLIC_OPTION_KEYS if k in self._options}
+
+    # -- clients --------------------------------------------------------------
+    @property
+    def fs(self):
+        if self._fs is None:
+            import s3fs
+
+            opts = self._options
+            client_kwargs = dict(opts.get("client_kwargs", {}))
+            if "region_name" in opts:
+                client_kwargs.setdefault("region_name", opts["region_name"])
+            self._fs = s3fs.S3FileSystem(
+                key=opts.get("key"), secret=opts.get("secret"), token=opts.get("token"),
+                endpoint_url=opts.get("endpoint_url"), client_kwargs=client_kwargs,
+                skip_instance_cache=True, use_listings_cache=False,
+            )
+        return self._fs
+
+    @property
+    def client(self):
+        with self._lock:
+            if self._client is None:
+                import boto3
+                from botocore.config import Config
+
+                opts = self._options
+                self._client = boto3.session.Session().client(
+                    "s3",
+                    endpoint_url=opts.get("endpoint_url"),
+                    aws_access_key_id=opts.get("key"),
+                    aws_secret_access_key=opts.get("secret"),
+                    aws_session_token=opts.get("token"),
+                    region_name=opts.get("region_name"),
+                    config=Config(
+                        retries={"mode": "standard", "max_attempts": opts.get("max_attempts", 10)},
+                        max_pool_connections=self.copy_workers + 4,
+                        connect_timeout=opts.get("connect_timeout", 10),
+                        read_timeout=opts.get("read_timeout", 60),
+                    ),
+                )
+        return self._client
+
+    @staticmethod
+    def _split(path: str) -> tuple[str, str]:
+        bucket, _, key = path.partition("/")
+        return bucket, key
+
+    def uri(self, path: str) -> str:
+        return f"s3://{path}"
+
+    def _fail(self, op: str, path: str, exc: Exception) -> StorageError:
+        return StorageError(f"S3 {op} of {self.uri(path)} failed: {_client_error_code(exc)}")
+
+    # -- reading --------------------------------------------------------------
+    def read_bytes(self, path: str) -> bytes | None:
+        try:
+            return self.fs.cat_file(path)
+        except FileNotFoundError:
+            return None
+        except Exception as exc:  # noqa: BLE001 - never let a client traceback be the message
+            raise self._fail("read", path, exc) from None
+
+    def iter_chunks(self, path: str) -> Iterator[bytes]:
+        try:
+            with self.fs.open(path, "rb", block_size=CHUNK) as fh:
+                while chunk := fh.read(CHUNK):
+                    yield chunk
+        except FileNotFoundError:
+            raise StorageError(f"{self.uri(path)} does not exist") from None
+        except Exception as exc:  # noqa: BLE001
+            raise self._fail("read", path, exc) from None
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        try:
+            found = self.fs.find(prefix.rstrip("/") + "/", detail=True, withdirs=False)
+        except FileNotFoundError:
+            return []
+        except Exception as exc:  # noqa: BLE001
+            raise self._fail("list", prefix, exc) from None
+        out = []
+        for path, info in found.items():
+            if info.get("type") == "directory":
+                continue
+            etag = info.get("ETag") or info.get("etag")
+            etag = etag.strip('"') if etag else None
+            out.append(ObjectInfo(path, int(info.get("size", 0)), etag))
+        return out
+
+    def list_dirs(self, prefix: str) -> list[str]:
+        try:
+            entries = self.fs.ls(prefix.rstrip("/") + "/", detail=True, refresh=True)
+        except FileNotFoundError:
+            return []
+        except Exception as exc:  # noqa: BLE001
+            raise self._fail("list", prefix, exc) from None
+        return [e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries
+                if e.get("type") == "directory"]
+
+    # -- writing --------------------------------------------------------------
+    def put(self, path: str, data: bytes) -> None:
+        try:
+            self.fs.pipe_file(path, data)
+        except Exception as exc:  # noqa: BLE001
+            raise self._fail("write", path, exc) from None
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        bucket, key = self._split(path)
+        try:
+            self.client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+            return True
+        except Exception as exc:  # noqa: BLE001
+            if _client_error_code(exc) in ("PreconditionFailed", "412"):
+                return False
+            raise self._fail("conditional write", path, exc) from None
+
+    def delete_prefix(self, prefix: str) -> None:
+        self.delete_files(o.path for o in self.list(prefix))
+
+    def delete_files(self, paths: Iterable[str]) -> None:
+        paths = list(paths)
+        if not paths:
+            return
+        try:
+            import boto3  # noqa: F401
+        except ImportError:  # job side on a cluster without boto3: fsspec can delete too
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm(paths)
+            return
+        by_bucket: dict[str, list[str]] = {}
+        for path in paths:
+            bucket, key = self._split(path)
+            by_bucket.setdefault(bucket, []).append(key)
+        for bucket, keys in by_bucket.items():
+            for i in range(0, len(keys), 1000):
+                batch = [{"Key": k} for k in keys[i : i + 1000]]
+                try:
+                    resp = self.client.delete_objects(
+                        Bucket=bucket, Delete={"Objects": batch, "Quiet": True})
+                except Exception as exc:  # noqa: BLE001
+                    raise self._fail("delete", f"{bucket}/{batch[0]['Key']}", exc) from None
+                errors = resp.get("Errors") or []
+                if errors:
+                    first = errors[0]
+                    raise StorageError(
+                        f"S3 delete of s3://{bucket}/{first.get('Key')} failed: {first.get('Code')}"
+                        f" ({len(errors)} objects not deleted)")
+
+    # -- promotion ------------------------------------------------------------
+    def copy_many(self, pairs: list[tuple[str, str]], sizes: dict[str, int] | None = None) -> None:
+        if not pairs:
+            return
+        sizes = sizes or {}
+        workers = max(1, min(self.copy_workers, len(pairs)))
+        if workers == 1:
+            for src, dst in pairs:
+                self._copy_one(src, dst, sizes.get(src))
+            return
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tpc-copy") as pool:
+            futures = [pool.submit(self._copy_one, s, d, sizes.get(s)) for s, d in pairs]
+            errors = []
+            for fut in futures:
+                try:
+                    fut.result()
+                except StorageError as exc:
+                    errors.append(exc)
+            if errors:
+                raise StorageError(
+                    f"{len(errors)} of {len(pairs)} copies failed; first: {errors[0]}")
+
+    def _copy_one(self, src: str, dst: str, size: int | None) -> None:
+        sbucket, skey = self._split(src)
+        dbucket, dkey = self._split(dst)
+        try:
+            if size is not None and size > self.multipart_threshold:
+                self._multipart_copy(sbucket, skey, dbucket, dkey, size)
+            else:
+                self.client.copy_object(
+                    Bucket=dbucket, Key=dkey, CopySource={"Bucket": sbucket, "Key": skey})
+        except StorageError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise self._fail("copy", src, exc) from None
+
+    def _multipart_copy(self, sbucket: str, skey: str, dbucket: str, dkey: str, size: int) -> None:
+        client = self.client
+        upload_id = client.create_multipart_upload(Bucket=dbucket, Key=dkey)["UploadId"]
+        try:
+            parts = []
+            for number, start in enumerate(range(0, size, self.multipart_chunk), start=1):
+                end = min(start + self.multipart_chunk, size) - 1
+                resp = client.upload_part_copy(
+                    Bucket=dbucket, Key=dkey, UploadId=upload_id, PartNumber=number,
+                    CopySource={"Bucket": sbucket, "Key": skey},
+                    CopySourceRange=f"bytes={start}-{end}")
+                parts.append({"PartNumber": number, "ETag": resp["CopyPartResult"]["ETag"]})
+            client.complete_multipart_upload(
+                Bucket=dbucket, Key=dkey, UploadId=upload_id, MultipartUpload={"Parts": parts})
+        except Exception:
+            client.abort_multipart_upload(Bucket=dbucket, Key=dkey, UploadId=upload_id)
+            raise
