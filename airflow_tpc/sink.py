@@ -370,8 +370,13 @@ class Sink:
 
     # ---------------------------------------------------------------- recover
     def recover(self, *, ignore_failures_after_timeout: bool = False,
-                now: float | None = None) -> RecoveryReport:
+                abort_undecided: bool = False, now: float | None = None) -> RecoveryReport:
         """Flink's restore: roll every decided commit forward, abort what is stale.
+
+        Stale means superseded by a higher attempt or past the transaction timeout.
+        ``abort_undecided=True`` is Flink's ``recoverAndAbort``: use it when no writer
+        of the target can still be alive (the pipeline restarted) — every attempt
+        without a decision is aborted, pre-committed or not.
 
         Raises :class:`TpcError` (with ``.report``) if a decided commit still cannot be
         carried out, so the failure surfaces on every restore; with
@@ -402,6 +407,9 @@ class Sink:
                 if attempt < top:
                     self._abort(epoch, attempt, f"superseded by attempt {top}")
                     report.aborted.append((epoch, attempt, "superseded"))
+                elif abort_undecided:
+                    self._abort(epoch, attempt, "undecided at restore")
+                    report.aborted.append((epoch, attempt, "restore"))
                 elif now - started > timeout:
                     self._expire(epoch, attempt, now - started, timeout)
                     report.aborted.append((epoch, attempt, "expired"))

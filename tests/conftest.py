@@ -1,0 +1,54 @@
+"""Shared fixtures: real stores (a temp dir; moto's S3 server on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+# Credentials for moto only; real ones never come near the test suite.
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing-secret-key")
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint():
+    """A real S3 endpoint: moto's server on 127.0.0.1, a free port, for the whole session."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture()
+def s3_options(moto_endpoint):
+    return {"endpoint_url": moto_endpoint, "key": "testing", "secret": "testing-secret-key",
+            "region_name": "us-east-1"}
+
+
+@pytest.fixture()
+def s3_bucket(s3_options):
+    import boto3
+
+    name = f"tpc-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3_options["endpoint_url"],
+                 aws_access_key_id=s3_options["key"],
+                 aws_secret_access_key=s3_options["secret"],
+                 region_name="us-east-1").create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture(params=["local", "s3"])
+def store(request, tmp_path):
+    """(target_uri, storage_options) on each store kind the protocol supports."""
+    if request.param == "local":
+        return str(tmp_path / "target"), None
+    options = request.getfixturevalue("s3_options")
+    bucket = request.getfixturevalue("s3_bucket")
+    return f"s3://{bucket}/tables/events", options

@@ -1,0 +1,87 @@
+"""Helpers for protocol tests: write staged files, snapshot a target, check the invariant."""
+
+from __future__ import annotations
+
+from airflow_tpc import Sink, Transaction
+from airflow_tpc.ledger import TPC_DIR
+
+
+def write_staged(sink: Sink, txn: Transaction, files: dict[str, bytes]) -> None:
+    """What a Spark job does: put data files into the attempt's staging."""
+    staging = sink.layout.staging(txn.epoch, txn.attempt)
+    for rel, data in files.items():
+        sink.storage.put(sink.storage.join(staging, rel), data)
+
+
+def stage(sink: Sink, epoch: str, files: dict[str, bytes], *, precommit: bool = True):
+    txn = sink.begin(epoch)
+    write_staged(sink, txn, files)
+    manifest = sink.precommit(txn) if precommit else None
+    return txn, manifest
+
+
+def read_committed(sink: Sink) -> dict[str, dict[str, bytes]]:
+    """epoch -> {file name: content} through the read-committed path."""
+    out = {}
+    for epoch, uris in sink.committed_files().items():
+        files = {}
+        for uri in uris:
+            path = uri.split("://", 1)[1] if uri.startswith("s3://") else uri[len("file://"):]
+            files[uri.rsplit("/", 1)[-1]] = sink.storage.read_bytes(path)
+        out[epoch] = files
+    return out
+
+
+def committed_contents(sink: Sink) -> dict[str, list[bytes]]:
+    """epoch -> sorted file contents (names differ by store: S3 tags them by attempt)."""
+    return {e: sorted(f.values()) for e, f in read_committed(sink).items()}
+
+
+def snapshot(sink: Sink, *, include_ledger: bool = False) -> dict[str, bytes]:
+    """Every file of the target outside the _tpc area (optionally with the ledger)."""
+    root = sink.layout.root.rstrip("/") + "/"
+    out = {}
+    for info in sink.storage.list(sink.layout.root):
+        rel = info.path[len(root):]
+        if rel.startswith(TPC_DIR + "/") and not (include_ledger and "/ledger/" in info.path):
+            continue
+        out[rel] = sink.storage.read_bytes(info.path)
+    return out
+
+
+def plain_listing(sink: Sink) -> dict[str, list[bytes]]:
+    """What a plain lister (spark.read on the target) sees: visible data files per epoch."""
+    root = sink.layout.root.rstrip("/") + "/"
+    out: dict[str, list[bytes]] = {}
+    for info in sink.storage.list(sink.layout.root):
+        rel = info.path[len(root):]
+        first, _, rest = rel.partition("/")
+        if not first.startswith("epoch=") or any(p.startswith(("_", ".")) for p in rest.split("/")):
+            continue
+        out.setdefault(first[len("epoch="):], []).append(sink.storage.read_bytes(info.path))
+    return {e: sorted(v) for e, v in out.items()}
+
+
+def staging_files(sink: Sink) -> list[str]:
+    return [o.path for o in sink.storage.list(sink.layout.staging_root)]
+
+
+def assert_invariant(sink: Sink, expected: dict[str, list[bytes]], *,
+                     open_staging_ok: bool = True) -> None:
+    """Target == exactly the committed epochs' outputs; no staging of finished txns."""
+    expected = {e: sorted(v) for e, v in expected.items()}
+    assert committed_contents(sink) == expected
+    if sink.config.promotion == "move":
+        assert plain_listing(sink) == expected
+    finished = {(i.epoch, i.attempt) for i in sink.describe()
+                if i.state.value in ("ABORTED", "EXPIRED") or (i.state.value == "COMMITTED"
+                and (i.published or i.superseded) and sink.config.promotion == "move")}
+    for info in sink.describe():
+        if (info.epoch, info.attempt) in finished and info.state.value != "COMMITTED":
+            assert info.staging_files == 0, f"staging left behind for {info.txn_id}"
+        if info.state.value == "COMMITTED" and info.superseded:
+            assert info.staging_files == 0, f"superseded staging left for {info.txn_id}"
+        if info.state.value == "COMMITTED" and sink.config.promotion == "move":
+            assert info.staging_files == 0 or not info.published, info.txn_id
+    if not open_staging_ok:
+        assert staging_files(sink) == []
