@@ -44,11 +44,16 @@ def s3_bucket(s3_options):
     return name
 
 
-@pytest.fixture(params=["local", "s3"])
-def store(request, tmp_path):
-    """(target_uri, storage_options) on each store kind the protocol supports."""
-    if request.param == "local":
+def make_store(kind: str, request, tmp_path):
+    """(target_uri, storage_options) for a store kind: "local" or "s3"."""
+    if kind == "local":
         return str(tmp_path / "target"), None
     options = request.getfixturevalue("s3_options")
     bucket = request.getfixturevalue("s3_bucket")
     return f"s3://{bucket}/tables/events", options
+
+
+@pytest.fixture(params=["local", "s3"])
+def store(request, tmp_path):
+    """(target_uri, storage_options) on each store kind the protocol supports."""
+    return make_store(request.param, request, tmp_path)
