@@ -1,14 +1,18 @@
 """Promotion: making a decided commit visible, restartable from the decision.
 
 Promotion runs only after the decision record exists, so it may crash at any
-step and be run again (roll-forward) any number of times; every step checks
-what is already done.  Readers switch from the old epoch to the new one at a
-single atomic write or rename of the epoch's ``_tpc_published.json``:
+step and be run again (roll-forward) any number of times, by several
+committers at once; every step checks what is already done.  Readers switch
+from the old epoch to the new one at a single atomic write or rename of the
+epoch's ``_tpc_published.json`` marker, and the marker only ever moves to a
+higher attempt:
 
-- local, mode "move":   marker written into staging, then one directory swap
-  (``renameat2(RENAME_EXCHANGE)``) of staging with ``<target>/epoch=<E>``.
-- S3, mode "move":      parallel server-side copies to attempt-tagged keys,
-  then the marker is overwritten (the switch), then the old files are deleted.
+- local, mode "move":   under an flock of the target, the marker is written into
+  staging, then one directory swap (``renameat2(RENAME_EXCHANGE)``) of staging
+  with ``<target>/epoch=<E>``.
+- S3, mode "move":      parallel server-side copies to attempt-tagged keys, then
+  the marker is replaced with a compare-and-swap (``IfMatch``/``IfNoneMatch``),
+  then files of lower attempts are deleted.
 - any store, "manifest": the marker lists the staged files where they are.
 """
 
@@ -16,12 +20,15 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 from typing import Any
 
 from .errors import StorageError
 from .faults import crashpoint
-from .ledger import PUBLISHED_MARKER, Layout, attempt_name
+from .ledger import PUBLISHED_MARKER, Layout
 from .manifest import Manifest
+
+_TAG_RE = re.compile(r"^a(\d{6,})-")
 
 
 def tagged(relpath: str, attempt: int) -> str:
@@ -31,8 +38,16 @@ def tagged(relpath: str, attempt: int) -> str:
     return f"{head}/{name}" if head else name
 
 
+def tag_of(relpath: str) -> int | None:
+    m = _TAG_RE.match(posixpath.basename(relpath))
+    return int(m.group(1)) if m else None
+
+
 def marker_doc(manifest: Manifest, mode: str, paths: list[str]) -> dict[str, Any]:
-    """The published marker: files relative to the target root, for readers."""
+    """The published marker: files relative to the target root, for readers.
+
+    Deterministic (no timestamps): concurrent promoters write identical bytes.
+    """
     return {
         "format": "airflow-tpc-published", "version": 1,
         "epoch": manifest.epoch, "attempt": manifest.attempt, "txn_id": manifest.txn_id,
@@ -44,13 +59,13 @@ def marker_doc(manifest: Manifest, mode: str, paths: list[str]) -> dict[str, Any
     }
 
 
-def read_marker(layout: Layout, epoch: str) -> dict[str, Any] | None:
-    data = layout.storage.read_bytes(layout.marker(epoch))
+def _decode_marker(layout: Layout, epoch: str, data: bytes | None) -> dict[str, Any] | None:
     if data is None:
         return None
     try:
         doc = json.loads(data)
-        if not isinstance(doc, dict) or not isinstance(doc.get("files"), list):
+        if not isinstance(doc, dict) or not isinstance(doc.get("files"), list) \
+                or not isinstance(doc.get("attempt"), int):
             raise ValueError
     except ValueError:
         raise StorageError(f"published marker {layout.storage.uri(layout.marker(epoch))} is "
@@ -58,32 +73,45 @@ def read_marker(layout: Layout, epoch: str) -> dict[str, Any] | None:
     return doc
 
 
+def read_marker(layout: Layout, epoch: str) -> dict[str, Any] | None:
+    return _decode_marker(layout, epoch, layout.storage.read_bytes(layout.marker(epoch)))
+
+
 def _rel_to_root(layout: Layout, path: str) -> str:
     root = layout.root.rstrip("/") + "/"
     return path[len(root):] if path.startswith(root) else layout.storage.uri(path)
 
 
-def promote(layout: Layout, manifest: Manifest, mode: str) -> None:
-    """Publish ``manifest``'s files as epoch ``manifest.epoch``; idempotent."""
+def promote(layout: Layout, manifest: Manifest, mode: str) -> bool:
+    """Publish ``manifest``'s files as epoch ``manifest.epoch``; idempotent.
+
+    Returns False when a higher attempt is already published (nothing to do).
+    """
+    with layout.storage.promotion_lock(layout.root):
+        try:
+            return _promote(layout, manifest, mode)
+        except StorageError:
+            # A concurrent promoter may have finished (and removed staging) under us.
+            current = read_marker(layout, manifest.epoch)
+            if current is not None and current["attempt"] >= manifest.attempt \
+                    and not layout.storage.list(layout.staging(manifest.epoch, manifest.attempt)):
+                return current["attempt"] == manifest.attempt
+            raise
+
+
+def _promote(layout: Layout, manifest: Manifest, mode: str) -> bool:
     storage = layout.storage
     epoch, attempt = manifest.epoch, manifest.attempt
     staging = layout.staging(epoch, attempt)
     dst = layout.published_dir(epoch)
-    current = read_marker(layout, epoch)
-    done = current is not None and current.get("attempt") == attempt \
-        and current.get("manifest_digest") == manifest.digest
+    raw, version = storage.read_versioned(layout.marker(epoch))
+    current = _decode_marker(layout, epoch, raw)
+    if current is not None and current["attempt"] > attempt:
+        return False  # a later attempt of this epoch is already what readers see
+    done = current is not None and current["attempt"] == attempt
 
-    if mode == "manifest":
-        if not done:
-            paths = [_rel_to_root(layout, storage.join(staging, f.path)) for f in manifest.files]
-            crashpoint("promote.before_marker")
-            storage.put(layout.marker(epoch),
-                        json.dumps(marker_doc(manifest, mode, paths)).encode())
-        crashpoint("promote.before_cleanup")
-        _delete_unlisted(layout, epoch, keep=set())
-        return
-
-    if storage.atomic_dir_rename:
+    if storage.atomic_dir_rename and mode == "move":
+        # Serialised by promotion_lock: check-then-swap cannot interleave.
         if not done:
             _require_staging(layout, manifest)
             paths = [f"epoch={epoch}/{f.path}" for f in manifest.files]
@@ -95,23 +123,46 @@ def promote(layout: Layout, manifest: Manifest, mode: str) -> None:
             crashpoint("promote.after_swap")
         # Whatever is left at the staging path now is the displaced old epoch.
         layout.remove_staging(epoch, attempt)
-        return
+        return True
 
-    # Object store: copy, switch marker, delete the displaced files.
-    names = [tagged(f.path, attempt) for f in manifest.files]
+    if mode == "manifest":
+        keep: set[str] = set()
+        paths = [_rel_to_root(layout, storage.join(staging, f.path)) for f in manifest.files]
+    else:
+        keep = {tagged(f.path, attempt) for f in manifest.files}
+        paths = [f"epoch={epoch}/{tagged(f.path, attempt)}" for f in manifest.files]
+        if not done:
+            _require_staging(layout, manifest)
+            sizes = {storage.join(staging, f.path): f.size for f in manifest.files}
+            pairs = [(storage.join(staging, f.path), storage.join(dst, tagged(f.path, attempt)))
+                     for f in manifest.files]
+            crashpoint("promote.before_copy")
+            storage.copy_many(pairs, sizes)  # type: ignore[call-arg]
     if not done:
-        _require_staging(layout, manifest)
-        sizes = {storage.join(staging, f.path): f.size for f in manifest.files}
-        pairs = [(storage.join(staging, f.path), storage.join(dst, n))
-                 for f, n in zip(manifest.files, names, strict=True)]
-        crashpoint("promote.before_copy")
-        storage.copy_many(pairs, sizes)  # type: ignore[call-arg]
         crashpoint("promote.before_marker")
-        storage.put(layout.marker(epoch), json.dumps(
-            marker_doc(manifest, mode, [f"epoch={epoch}/{n}" for n in names])).encode())
+        if not _swap_marker(layout, manifest, mode, paths, version):
+            return False
     crashpoint("promote.before_cleanup")
-    _delete_unlisted(layout, epoch, keep=set(names))
-    layout.remove_staging(epoch, attempt)
+    _delete_displaced(layout, epoch, attempt, keep)
+    if mode == "move":
+        layout.remove_staging(epoch, attempt)
+    return True
+
+
+def _swap_marker(layout: Layout, manifest: Manifest, mode: str, paths: list[str],
+                 version: str | None) -> bool:
+    """Compare-and-swap the marker to this attempt, never backwards to a lower one."""
+    storage = layout.storage
+    data = json.dumps(marker_doc(manifest, mode, paths)).encode()
+    for _ in range(100):
+        if storage.put_if_version(layout.marker(manifest.epoch), data, version):
+            return True
+        raw, version = storage.read_versioned(layout.marker(manifest.epoch))
+        current = _decode_marker(layout, manifest.epoch, raw)
+        if current is not None and current["attempt"] >= manifest.attempt:
+            return current["attempt"] == manifest.attempt
+    raise StorageError(f"could not update the published marker of epoch {manifest.epoch}: "
+                       "it keeps changing")  # pragma: no cover
 
 
 def _require_staging(layout: Layout, manifest: Manifest) -> None:
@@ -127,13 +178,23 @@ def _require_staging(layout: Layout, manifest: Manifest) -> None:
             "record keeps the manifest, restore the files and run recover again.")
 
 
-def _delete_unlisted(layout: Layout, epoch: str, keep: set[str]) -> None:
-    """Remove files in the epoch's published folder that the marker does not list."""
+def _delete_displaced(layout: Layout, epoch: str, attempt: int, keep: set[str]) -> None:
+    """Remove files in the epoch's published folder left by lower attempts.
+
+    Only files tagged with a lower attempt (or untagged ones, written by a local
+    "move") are removed, so a slow promoter can never delete a higher attempt's files.
+    """
     storage = layout.storage
     dst = layout.published_dir(epoch)
     prefix = dst.rstrip("/") + "/"
-    doomed = [o.path for o in storage.list(dst)
-              if o.path[len(prefix):] not in keep and not o.path.endswith("/" + PUBLISHED_MARKER)]
+    doomed = []
+    for o in storage.list(dst):
+        rel = o.path[len(prefix):]
+        if rel in keep or rel == PUBLISHED_MARKER:
+            continue
+        tag = tag_of(rel)
+        if tag is None or tag < attempt:
+            doomed.append(o.path)
     storage.delete_files(doomed)
 
 
@@ -150,6 +211,3 @@ def staging_dirs(layout: Layout) -> dict[str, list[int]]:
                 attempts.append(int(name[len("attempt="):]))
         out[epoch] = sorted(attempts)
     return out
-
-
-__all__ = ["promote", "read_marker", "tagged", "staging_dirs", "attempt_name"]

@@ -232,8 +232,8 @@ class Sink:
         rec = attempts.get(txn.attempt, AttemptRecords())
         decision = self.ledger.get(epoch, txn.attempt, rec, DECISION)
         if decision is None:
-            manifest = self._decide_commit(txn, attempts, expected_digest, force)
-            outcome = "committed"
+            manifest, won_race = self._decide_commit(txn, attempts, expected_digest, force)
+            outcome = "committed" if won_race else "already_committed"
             rec.kinds.add(DECISION)
         else:
             if decision.get("outcome") != "commit":
@@ -254,7 +254,8 @@ class Sink:
         return CommitResult(txn, outcome, manifest, rolled)
 
     def _decide_commit(self, txn: Transaction, attempts: dict[int, AttemptRecords],
-                       expected_digest: str | None, force: bool) -> Manifest:
+                       expected_digest: str | None, force: bool) -> tuple[Manifest, bool]:
+        """Validate and write the decision; True if this call made it."""
         self._fence(txn, attempts, "commit")
         if txn.expired():
             if not force:
@@ -288,7 +289,7 @@ class Sink:
                 raise CommitConflict(f"{txn.txn_id} was decided concurrently by another "
                                      f"committer: {_state_of_decision(winner)}")
         crashpoint("commit.after_decision")
-        return manifest
+        return manifest, created
 
     def _winner(self, epoch: str, attempts: dict[int, AttemptRecords]) -> tuple[int, dict] | None:
         """The highest attempt of the epoch decided as commit (and not abandoned)."""
@@ -312,7 +313,8 @@ class Sink:
             manifest = Manifest.parse(decision["manifest"], where=f"decision of {epoch}/{attempt}")
             _promote.promote(self.layout, manifest, decision.get("mode", "move"))
             crashpoint("commit.before_published")
-            self.ledger.create(epoch, attempt, PUBLISHED, {"published_at": time.time()})
+            # A fact, not a decision: a concurrent promoter's identical record is fine.
+            self.ledger.create_or_get(epoch, attempt, PUBLISHED, {"published_at": time.time()})
             rec.kinds.add(PUBLISHED)
         for other, orec in attempts.items():
             if other >= attempt:
@@ -324,7 +326,7 @@ class Sink:
                 # A lower commit: its published files went with the swap/cleanup above;
                 # its staging (kept by "manifest" mode or never promoted) goes now.
                 self.layout.remove_staging(epoch, other)
-                self.ledger.create(epoch, other, SUPERSEDED, {"by": attempt})
+                self.ledger.create_or_get(epoch, other, SUPERSEDED, {"by": attempt})
                 orec.kinds.add(SUPERSEDED)
         return attempt
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 CHUNK = 8 * 1024 * 1024
@@ -95,6 +96,23 @@ class Storage(ABC):
     @abstractmethod
     def delete_files(self, paths: Iterable[str]) -> None:
         """Remove the given files; missing ones are not an error."""
+
+    def read_versioned(self, path: str) -> tuple[bytes | None, str | None]:
+        """Content and a version token (ETag) for :meth:`put_if_version`."""
+        return self.read_bytes(path), None
+
+    def put_if_version(self, path: str, data: bytes, version: str | None) -> bool:
+        """Replace ``path`` only if it is still at ``version`` (None: only if absent).
+
+        Stores without conditional overwrite rely on :meth:`promotion_lock`.
+        """
+        self.put(path, data)
+        return True
+
+    @contextmanager
+    def promotion_lock(self, root: str) -> Iterator[None]:
+        """Serialise promotions of one target where the store cannot compare-and-swap."""
+        yield
 
     def prune_empty_parent(self, path: str) -> None:
         """Remove the now-empty parent folder of ``path`` (object stores have none)."""

@@ -12,10 +12,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import os
 import shutil
 import uuid
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 from ..errors import StorageError
 from .base import CHUNK, ObjectInfo, Storage
@@ -159,6 +161,22 @@ class LocalStorage(Storage):
     def delete_files(self, paths: Iterable[str]) -> None:
         for path in paths:
             _unlink(path)
+
+    @contextmanager
+    def promotion_lock(self, root: str) -> Iterator[None]:
+        """An flock on ``<root>/_tpc/promote.lock``: released by the kernel if we die.
+
+        Local promotions of one target are serialised so two committers can never
+        interleave a swap (e.g. one swapping back the other's displaced epoch).
+        """
+        directory = os.path.join(root, "_tpc")
+        os.makedirs(directory, exist_ok=True)
+        fd = os.open(os.path.join(directory, "promote.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
 
     def replace_dir(self, src: str, dst: str) -> bool:
         try:

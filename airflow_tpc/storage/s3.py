@@ -171,6 +171,29 @@ class S3Storage(Storage):
                 return False
             raise self._fail("conditional write", path, exc) from None
 
+    def read_versioned(self, path: str) -> tuple[bytes | None, str | None]:
+        bucket, key = self._split(path)
+        try:
+            resp = self.client.get_object(Bucket=bucket, Key=key)
+            return resp["Body"].read(), resp.get("ETag")
+        except Exception as exc:  # noqa: BLE001
+            if _client_error_code(exc) in ("NoSuchKey", "404", "NotFound"):
+                return None, None
+            raise self._fail("read", path, exc) from None
+
+    def put_if_version(self, path: str, data: bytes, version: str | None) -> bool:
+        if version is None:
+            return self.put_if_absent(path, data)
+        bucket, key = self._split(path)
+        try:
+            self.client.put_object(Bucket=bucket, Key=key, Body=data, IfMatch=version)
+            return True
+        except Exception as exc:  # noqa: BLE001
+            if _client_error_code(exc) in ("PreconditionFailed", "412", "NoSuchKey", "404",
+                                           "ConditionalRequestConflict", "409"):
+                return False
+            raise self._fail("conditional write", path, exc) from None
+
     def delete_prefix(self, prefix: str) -> None:
         self.delete_files(o.path for o in self.list(prefix))
 
