@@ -1,0 +1,363 @@
+"""How a Spark job finds the transaction it writes for: :func:`current_transaction`.
+
+The submit operator begins the transaction (it owns the ledger and the fencing
+number) and hands the job a small JSON document, the *payload*::
+
+    {<Transaction.to_dict()>, "guarantee": "EXACTLY_ONCE", "promotion": "move",
+     "storage": {"endpoint_url": ..., "region_name": ...}}
+
+in the Spark conf key ``spark.airflow_tpc.txn`` (``--conf`` of spark-submit), or,
+as a fallback, in the environment variable ``AIRFLOW_TPC_TXN``.  The payload is
+visible in the Spark UI, so it never carries credentials: the job takes S3 keys
+from its own environment (``AWS_ACCESS_KEY_ID`` ...), as boto/s3fs always do.
+
+This module imports only the standard library and the pure core; pyspark is
+used through the ``spark`` object the caller passes in.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import TpcError
+from ..manifest import Manifest
+from ..sink import Sink
+from ..staging import is_hidden, list_staged
+from ..transaction import DeliveryGuarantee, SinkConfig, Transaction
+
+log = logging.getLogger("airflow_tpc.spark")
+
+#: Spark conf key carrying the payload (set with ``--conf`` by the submit operator).
+CONF_KEY = "spark.airflow_tpc.txn"
+#: Environment variable carrying the payload when the conf key is absent.
+ENV_VAR = "AIRFLOW_TPC_TXN"
+#: Storage options allowed to travel in the payload (everything else may be secret).
+PUBLIC_STORAGE_KEYS = ("endpoint_url", "region_name")
+#: Hidden sidecar each data-source write leaves in staging: rows/checksums measured
+#: at write time, so :meth:`JobTransaction.precommit` need not re-read the files.
+SIDECAR_PREFIX = "_tpc_write-"
+#: The directory name Spark gives a null partition value.
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+
+_STAGING_TAIL = re.compile(r"/epoch=[^/]+/attempt=\d{6,}/?$")
+
+
+class NoTransactionError(TpcError):
+    """The job was started without a transaction (and not in standalone mode)."""
+
+
+def _as_guarantee(value: Any) -> DeliveryGuarantee:
+    try:
+        return DeliveryGuarantee(str(value).upper())
+    except ValueError:
+        raise TpcError(f"unknown delivery guarantee {value!r}; use one of "
+                       f"{[g.value for g in DeliveryGuarantee]}") from None
+
+
+def public_storage_options(options: dict[str, Any] | None) -> dict[str, Any]:
+    """The part of ``options`` that may be shown in a UI: endpoint and region only."""
+    return {k: options[k] for k in PUBLIC_STORAGE_KEYS if options and options.get(k) is not None}
+
+
+def build_payload(txn: Transaction, *, guarantee: DeliveryGuarantee | str = "EXACTLY_ONCE",
+                  promotion: str = "move",
+                  storage_options: dict[str, Any] | None = None) -> str:
+    """The JSON the submit operator puts in ``spark.airflow_tpc.txn`` (or ``AIRFLOW_TPC_TXN``).
+
+    Secrets in ``storage_options`` are dropped here on purpose: the Spark conf is
+    shown in the Spark UI and in logs.
+    """
+    doc = {**txn.to_dict(), "guarantee": _as_guarantee(guarantee).value,
+           "promotion": promotion, "storage": public_storage_options(storage_options)}
+    return json.dumps(doc, sort_keys=True)
+
+
+def spark_conf_for(txn: Transaction, **kwargs: Any) -> dict[str, str]:
+    """``{CONF_KEY: payload}``: ready for SparkSubmitOperator(conf=...)."""
+    return {CONF_KEY: build_payload(txn, **kwargs)}
+
+
+def _credentials_from_env() -> dict[str, Any]:
+    """S3 options that come from the job's environment, never from the payload."""
+    opts: dict[str, Any] = {}
+    if os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"):
+        opts["key"] = os.environ["AWS_ACCESS_KEY_ID"]
+        opts["secret"] = os.environ["AWS_SECRET_ACCESS_KEY"]
+        if os.environ.get("AWS_SESSION_TOKEN"):
+            opts["token"] = os.environ["AWS_SESSION_TOKEN"]
+    return opts  # empty: s3fs/botocore fall back to their default chain (profiles, IAM role)
+
+
+@dataclass
+class JobTransaction:
+    """The job's view of one transaction: where to write, and how to seal it.
+
+    Built by :func:`current_transaction`; also rebuilt on executors and in the
+    Python worker that runs a data source's ``commit()`` (from :meth:`to_json`),
+    which is why it is a plain, picklable dataclass without a live Spark session.
+    """
+
+    txn: Transaction
+    guarantee: DeliveryGuarantee = DeliveryGuarantee.EXACTLY_ONCE
+    promotion: str = "move"
+    storage: dict[str, Any] = field(default_factory=dict)
+    standalone: bool = False
+    #: Credentials given explicitly in standalone mode: kept on this process only,
+    #: never serialised (:meth:`to_json` drops them; executors use their environment).
+    credentials: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    # -- identity ------------------------------------------------------------
+    @property
+    def target(self) -> str:
+        return self.txn.target
+
+    @property
+    def namespace(self) -> str:
+        return self.txn.namespace
+
+    @property
+    def epoch(self) -> str:
+        return self.txn.epoch
+
+    @property
+    def attempt(self) -> int:
+        return self.txn.attempt
+
+    @property
+    def fencing_number(self) -> int:
+        return self.txn.attempt
+
+    @property
+    def txn_id(self) -> str:
+        return self.txn.txn_id
+
+    @property
+    def staging_uri(self) -> str:
+        return self.txn.staging_uri
+
+    @property
+    def transactional(self) -> bool:
+        return self.guarantee is DeliveryGuarantee.EXACTLY_ONCE
+
+    @property
+    def output_uri(self) -> str:
+        """Where the job writes: staging for EXACTLY_ONCE, the epoch's output otherwise."""
+        if self.transactional:
+            return self.txn.staging_uri
+        return self.sink().output_uri(self.epoch)
+
+    def storage_options(self) -> dict[str, Any]:
+        """Options for fsspec/the core on this process: public ones + env credentials."""
+        if not self.target.startswith(("s3://", "s3a://")):
+            return {}
+        return {**self.storage, **_credentials_from_env(), **self.credentials}
+
+    def fsspec_options(self) -> dict[str, Any]:
+        """The same options spelled the way ``s3fs.S3FileSystem`` wants them."""
+        opts = self.storage_options()
+        out: dict[str, Any] = {k: opts[k] for k in ("key", "secret", "token", "endpoint_url")
+                               if k in opts}
+        if "region_name" in opts:
+            out["client_kwargs"] = {"region_name": opts["region_name"]}
+        if self.target.startswith(("s3://", "s3a://")):
+            # a stale listing would hide a file from commit(); never cache one
+            out.update(use_listings_cache=False, skip_instance_cache=True)
+        return out
+
+    # -- (de)serialisation ---------------------------------------------------
+    def to_json(self) -> str:
+        return build_payload(self.txn, guarantee=self.guarantee, promotion=self.promotion,
+                             storage_options=self.storage)
+
+    @classmethod
+    def from_payload(cls, payload: str | dict[str, Any], *, where: str = "payload"
+                     ) -> JobTransaction:
+        """Parse and check a payload; refuse one that carries credentials."""
+        if isinstance(payload, str):
+            try:
+                doc = json.loads(payload)
+            except ValueError as exc:
+                raise TpcError(f"{where} is not valid JSON: {exc}") from None
+        else:
+            doc = dict(payload)
+        if not isinstance(doc, dict):
+            raise TpcError(f"{where} must be a JSON object")
+        storage = doc.get("storage") or {}
+        if not isinstance(storage, dict):
+            raise TpcError(f"{where}: 'storage' must be an object")
+        secret = sorted(set(storage) - set(PUBLIC_STORAGE_KEYS))
+        if secret:
+            raise TpcError(
+                f"{where} carries storage options {secret}: only {list(PUBLIC_STORAGE_KEYS)} "
+                "may travel in the Spark conf (it is shown in the Spark UI). Give the job its "
+                "credentials through its environment (AWS_ACCESS_KEY_ID, ...) instead.")
+        guarantee = _as_guarantee(doc.get("guarantee", DeliveryGuarantee.EXACTLY_ONCE.value))
+        txn = Transaction.from_dict(doc)
+        return cls(txn, guarantee, str(doc.get("promotion", "move")), dict(storage))
+
+    # -- the core ------------------------------------------------------------
+    def sink(self) -> Sink:
+        """A core :class:`Sink` for this target, configured like the operator's."""
+        staging_root = _STAGING_TAIL.sub("", self.txn.staging_uri)
+        config = SinkConfig(timeout_s=self.txn.timeout_s, promotion=self.promotion)
+        sink = Sink(self.target, self.namespace, storage_options=self.storage_options(),
+                    config=config)
+        if sink.storage.uri(sink.layout.staging(self.epoch, self.attempt)) != self.staging_uri:
+            # the operator staged somewhere else on the same store (SinkConfig.staging_root)
+            config = SinkConfig(timeout_s=self.txn.timeout_s, promotion=self.promotion,
+                                staging_root=staging_root)
+            sink = Sink(self.target, self.namespace, storage_options=self.storage_options(),
+                        config=config)
+        return sink
+
+    def precommit(self) -> Manifest | None:
+        """Seal the staging (the core writes the manifest last).  Idempotent.
+
+        Rows and checksums recorded by data-source writes are passed on so the
+        core does not re-read those files.  A staged file below a hidden directory
+        (e.g. Spark's ``__HIVE_DEFAULT_PARTITION__`` for a null partition value)
+        would be silently left out of the manifest, so it is refused here.
+        Returns None (and writes nothing) for AT_LEAST_ONCE/NONE, which have
+        nothing to seal.  The core raises FencedError for a superseded attempt.
+        """
+        if not self.transactional:
+            log.info("%s: guarantee %s writes straight to %s; nothing to pre-commit",
+                     self.txn_id, self.guarantee.value, self.output_uri)
+            return None
+        sink = self.sink()
+        staging = sink.layout.staging(self.epoch, self.attempt)
+        staged = list_staged(sink.storage, staging)
+        self._refuse_hidden_partitions(sink, staging)
+        rows: dict[str, int] = {}
+        checksums: dict[str, str] = {}
+        for rel, (checksum, size, nrows) in self._measured_by_writers(sink, staging).items():
+            if rel in staged and staged[rel].size == size:  # trusted only if unchanged
+                checksums[rel] = checksum
+                if nrows is not None:
+                    rows[rel] = nrows
+        unmeasured = [info for rel, info in staged.items() if rel not in checksums]
+        checksums.update(_hash_parallel(sink, staging, unmeasured))
+        return sink.precommit(self.txn, rows=rows or None, checksums=checksums or None)
+
+    def _measured_by_writers(self, sink: Sink, staging: str
+                             ) -> dict[str, tuple[str, int, int | None]]:
+        """rel -> (checksum, size, rows) from the sidecars of data-source writes."""
+        out: dict[str, tuple[str, int, int | None]] = {}
+        for info in sink.storage.list(staging):
+            if not info.path.rsplit("/", 1)[-1].startswith(SIDECAR_PREFIX):
+                continue
+            try:
+                doc = json.loads(sink.storage.read_bytes(info.path) or b"{}")
+                for rel, e in doc.get("files", {}).items():
+                    rows = e.get("rows")
+                    out[rel] = (str(e["checksum"]), int(e["size"]),
+                                None if rows is None else int(rows))
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue  # a torn sidecar only costs a re-hash
+        return out
+
+    def _refuse_hidden_partitions(self, sink: Sink, staging: str) -> None:
+        prefix = staging.rstrip("/") + "/"
+        for info in sink.storage.list(staging):
+            rel = info.path[len(prefix):]
+            parts = rel.split("/")
+            if any(p.endswith("=" + HIVE_NULL) for p in parts[:-1]) and not is_hidden(parts[-1]):
+                raise TpcError(
+                    f"{self.txn_id}: staged file {rel!r} is below a {HIVE_NULL} directory (a "
+                    "null partition value). The manifest and every reader skip directories "
+                    "starting with '_', so its rows would silently be lost. Replace null "
+                    "partition values (e.g. coalesce to a sentinel) before writing.")
+
+    def commit(self, **kwargs: Any) -> Any:
+        """Commit from the job itself: for standalone runs (Airflow's commit task does it)."""
+        if not self.standalone:
+            log.warning("%s: committing from inside the job; under Airflow the commit "
+                        "operator does this after validating the manifest", self.txn_id)
+        return self.sink().commit(self.txn, **kwargs)
+
+    def abort(self, reason: str = "aborted by the job") -> None:
+        self.sink().abort(self.txn, reason)
+
+
+def _hash_parallel(sink: Sink, staging: str, infos: list[Any]) -> dict[str, str]:
+    """Checksums of files no writer measured (native writers), on a few threads.
+
+    hashlib releases the GIL, so this overlaps reads and hashing; S3 objects are
+    not read at all (their ETag is used).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..staging import checksum_for
+
+    prefix = staging.rstrip("/") + "/"
+    if not infos:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(8, len(infos))) as pool:
+        sums = list(pool.map(lambda i: checksum_for(sink.storage, i), infos))
+    return {info.path[len(prefix):]: s for info, s in zip(infos, sums, strict=True)}
+
+
+def read_payload(spark: Any = None) -> tuple[str | None, str]:
+    """(payload, where it came from): the Spark conf key first, then the environment."""
+    conf_value = None
+    if spark is not None:
+        try:
+            conf_value = spark.conf.get(CONF_KEY, None)
+        except Exception:  # noqa: BLE001 - e.g. a Connect session without that conf
+            conf_value = None
+    env_value = os.environ.get(ENV_VAR)
+    if conf_value:
+        if env_value and env_value != conf_value:
+            log.warning("both %s and $%s are set and differ; using the Spark conf", CONF_KEY,
+                        ENV_VAR)
+        return conf_value, f"Spark conf {CONF_KEY}"
+    if env_value:
+        return env_value, f"environment variable {ENV_VAR}"
+    return None, ""
+
+
+def current_transaction(spark: Any = None, *, standalone_target: str | None = None,
+                        epoch: str | None = None, namespace: str | None = None,
+                        guarantee: DeliveryGuarantee | str = DeliveryGuarantee.EXACTLY_ONCE,
+                        storage_options: dict[str, Any] | None = None) -> JobTransaction:
+    """The transaction this job writes for.
+
+    Under Airflow the submit operator passes it (``spark.airflow_tpc.txn`` or
+    ``$AIRFLOW_TPC_TXN``).  Without one, pass ``standalone_target`` and ``epoch``:
+    the job then begins its own transaction (and says so in the log), and must
+    call ``txn.precommit()`` and ``txn.commit()`` itself.  A passed transaction
+    always wins over the standalone arguments, so the same script runs both ways.
+    """
+    payload, where = read_payload(spark)
+    if payload:
+        job = JobTransaction.from_payload(payload, where=where)
+        if standalone_target is not None:
+            log.info("standalone_target ignored: the transaction came from %s", where)
+        log.info("writing for %s (guarantee %s) from %s; output %s", job.txn_id,
+                 job.guarantee.value, where, job.output_uri)
+        return job
+    if standalone_target is None:
+        raise NoTransactionError(
+            f"no airflow-tpc transaction: neither the Spark conf {CONF_KEY} nor the "
+            f"environment variable {ENV_VAR} is set. Run this job through the airflow-tpc "
+            "submit operator, or run it standalone with "
+            "current_transaction(spark, standalone_target='s3://bucket/table', epoch='2026-11-20')"
+            " (it then begins, and must commit, its own transaction).")
+    if epoch is None:
+        raise NoTransactionError("standalone mode needs an epoch: "
+                                 "current_transaction(spark, standalone_target=..., epoch=...)")
+    namespace = namespace or f"standalone-{os.path.basename(standalone_target.rstrip('/'))}"
+    sink = Sink(standalone_target, namespace, storage_options=storage_options)
+    txn = sink.begin(epoch, owner={"standalone": True})
+    public = public_storage_options(storage_options)
+    log.warning("STANDALONE: no transaction was passed, so this job began its own: %s "
+                "(staging %s). Nothing publishes it unless the job commits it.",
+                txn.txn_id, txn.staging_uri)
+    secret = {k: v for k, v in (storage_options or {}).items() if k not in PUBLIC_STORAGE_KEYS}
+    return JobTransaction(txn, _as_guarantee(guarantee), sink.config.promotion, public,
+                          standalone=True, credentials=secret)

@@ -1,0 +1,347 @@
+"""The ``tpc`` Python Data Source: Parquet from executors through fsspec, sealed on commit.
+
+Why it exists: pyspark ships no hadoop-aws, so ``s3a://`` cannot be written by
+Spark's native writers here; this writer reaches any fsspec store (S3 via s3fs)
+and measures what it wrote (rows, MD5 — equal to a single-part S3 ETag) while
+writing, so pre-commit does not have to read anything back.
+
+Exactly-once inside one write:
+
+- every file name carries the write id, the Spark partition id and the task
+  attempt (``part-00003-a1-w1b2c3d4-0000.parquet``): a retried or speculative
+  task never overwrites or collides with another attempt's file;
+- each successful task reports its files in a :class:`TpcCommitMessage`;
+- ``commit()`` (run by Spark in a Python worker once every task succeeded)
+  deletes every file of *this write* that no message names — leftovers of
+  failed or killed task attempts — writes a hidden sidecar with the measured
+  rows/checksums, and (by default) pre-commits through the core;
+- ``abort()`` deletes every file of this write.
+
+Usage::
+
+    df.write.format("tpc").option("txn", txn.to_json()).mode("append").save()
+    # or: write_tpc(df, txn, partition_by=["country"])
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import posixpath
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+from ..errors import TpcError
+from ..staging import is_hidden
+from .context import HIVE_NULL, SIDECAR_PREFIX, JobTransaction
+
+log = logging.getLogger("airflow_tpc.spark")
+
+FORMAT_NAME = "tpc"
+_NAME_RE = re.compile(r"^part-\d{5,}-a\d+-w(?P<write>[0-9a-f]{8})-\d{4,}\.")
+# Spark's ExternalCatalogUtils.escapePathName set, so paths match native partitionBy.
+_ESCAPE = set('"#%\'*/:=?\\\x7f{[]^') | {chr(c) for c in range(1, 32)}
+
+
+@dataclass
+class TpcFile:
+    """One file a task wrote: path relative to the write's base, and what it holds."""
+
+    relpath: str
+    size: int
+    checksum: str  # "md5:<hex>", computed while writing
+    rows: int
+
+
+@dataclass
+class TpcCommitMessage(WriterCommitMessage):
+    """What one successful task attempt wrote (picklable; sent to commit/abort)."""
+
+    partition_id: int
+    attempt: int
+    files: list[TpcFile] = field(default_factory=list)
+
+
+def escape_partition_value(value: Any) -> str:
+    """Format a partition value as Spark's native writers name its directory."""
+    if value is None:
+        raise TpcError(f"null partition value: Spark would write {HIVE_NULL}, which every "
+                       "reader and the manifest skip (hidden '_' directory); replace nulls first")
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif hasattr(value, "isoformat") and not hasattr(value, "hour"):
+        text = value.isoformat()  # a date
+    else:
+        text = str(value)
+    return "".join(f"%{ord(c):02X}" if c in _ESCAPE else c for c in text)
+
+
+class _HashingFile:
+    """A write-only file wrapper that MD5s the bytes on their way out (one pass)."""
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+        self._md5 = hashlib.md5()
+        self.size = 0
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        mv = memoryview(data)
+        self._md5.update(mv)
+        self._raw.write(mv)
+        self.size += mv.nbytes
+        return mv.nbytes
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        self._raw.flush()
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def readable(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._raw.close()
+
+    @property
+    def checksum(self) -> str:
+        return "md5:" + self._md5.hexdigest()
+
+
+def _is_local(fs: Any) -> bool:
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return protocol in ("file", "local")
+
+
+class TpcWriter(DataSourceArrowWriter):
+    """Writes Arrow batches as Parquet through fsspec into the transaction's output."""
+
+    def __init__(self, job: JobTransaction, schema: Any, overwrite: bool,
+                 options: dict[str, str]) -> None:
+        self.job = job
+        self.overwrite = overwrite
+        self.base_uri = job.output_uri.rstrip("/")
+        self.write_id = uuid.uuid4().hex[:8]
+        self.partition_by = [c for c in options.get("partition_by", "").split(",") if c]
+        names = list(schema.fieldNames())
+        missing = [c for c in self.partition_by if c not in names]
+        if missing:
+            raise TpcError(f"partition_by columns {missing} are not in the DataFrame {names}")
+        if self.partition_by and len(self.partition_by) == len(names):
+            raise TpcError("every column is a partition column: nothing left to write")
+        self.compression = options.get("compression", "snappy")
+        self.max_records = int(options.get("max_records_per_file", "0") or 0)
+        self.do_precommit = options.get("precommit", "true").lower() == "true"
+
+    # -- executors -------------------------------------------------------------
+    def _fs(self) -> tuple[Any, str]:
+        import fsspec
+
+        fs, root = fsspec.core.url_to_fs(self.base_uri, **self.job.fsspec_options())
+        root = root.rstrip("/")
+        if _is_local(fs):
+            fs.makedirs(root, exist_ok=True)
+        return fs, root
+
+    def write(self, iterator: Iterator[Any]) -> TpcCommitMessage:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        pid = ctx.partitionId() if ctx else 0
+        attempt = ctx.attemptNumber() if ctx else 0
+        fs, root = self._fs()
+        open_files: dict[str, tuple[Any, _HashingFile, list[int]]] = {}
+        entry_rel: dict[str, str] = {}
+        done: list[TpcFile] = []
+        seq = 0
+        written_paths: list[str] = []
+
+        def open_file(subdir: str, schema: pa.Schema) -> tuple[Any, _HashingFile, list[int]]:
+            nonlocal seq
+            name = f"part-{pid:05d}-a{attempt}-w{self.write_id}-{seq:04d}.parquet"
+            seq += 1
+            rel = posixpath.join(subdir, name) if subdir else name
+            full = f"{root}/{rel}"
+            if subdir and _is_local(fs):
+                fs.makedirs(f"{root}/{subdir}", exist_ok=True)
+            written_paths.append(full)
+            sink = _HashingFile(fs.open(full, "wb"))
+            writer = pq.ParquetWriter(sink, schema, compression=self.compression)
+            entry = (writer, sink, [0])
+            open_files[subdir] = entry
+            entry_rel[subdir] = rel
+            return entry
+
+        def close_file(subdir: str) -> None:
+            writer, sink, rows = open_files.pop(subdir)
+            writer.close()
+            sink.close()
+            done.append(TpcFile(entry_rel[subdir], sink.size, sink.checksum, rows[0]))
+            self.file_closed(entry_rel[subdir], pid, attempt)
+
+        try:
+            for batch in iterator:
+                for subdir, part in self._split(pa.Table.from_batches([batch])):
+                    if part.num_rows == 0:
+                        continue
+                    entry = open_files.get(subdir) or open_file(subdir, part.schema)
+                    entry[0].write_table(part)
+                    entry[2][0] += part.num_rows
+                    if self.max_records and entry[2][0] >= self.max_records:
+                        close_file(subdir)
+            for subdir in list(open_files):
+                close_file(subdir)
+        except BaseException:
+            # Best effort: a killed worker never gets here; commit() cleans up then.
+            for writer, sink, _ in open_files.values():
+                try:
+                    writer.close()
+                    sink.close()
+                except Exception:  # noqa: BLE001, S110
+                    pass
+            try:
+                fs.rm([p for p in written_paths if fs.exists(p)])
+            except Exception:  # noqa: BLE001
+                log.warning("could not remove the files of failed task %d attempt %d", pid,
+                            attempt)
+            raise
+        return TpcCommitMessage(pid, attempt, done)
+
+    def file_closed(self, relpath: str, partition_id: int, attempt: int) -> None:
+        """Hook called after each file is complete (tests inject crashes here)."""
+
+    def _split(self, table: Any) -> Iterator[tuple[str, Any]]:
+        """(partition sub-directory, rows without the partition columns) per value combo."""
+        if not self.partition_by:
+            yield "", table
+            return
+        import pyarrow.compute as pc
+
+        keys = table.select(self.partition_by)
+        combos = keys.group_by(self.partition_by).aggregate([]).to_pylist()
+        data = table.drop_columns(self.partition_by)
+        for combo in combos:
+            mask = None
+            for col in self.partition_by:
+                value = combo[col]
+                if value is None:
+                    escape_partition_value(None)  # raises with the explanation
+                term = pc.equal(keys[col], value)
+                mask = term if mask is None else pc.and_(mask, term)
+            subdir = "/".join(f"{c}={escape_partition_value(combo[c])}" for c in self.partition_by)
+            yield subdir, data.filter(mask)
+
+    # -- driver-side (Python worker started by the JVM) ------------------------
+    def _own_files(self, fs: Any, root: str) -> list[str]:
+        """Every visible data file below the base that this write (or overwrite) owns."""
+        if not fs.exists(root):
+            return []
+        out = []
+        for path in fs.find(root):
+            rel = path[len(root):].lstrip("/")
+            if is_hidden(rel):
+                continue
+            m = _NAME_RE.match(posixpath.basename(rel))
+            if self.overwrite or (m and m.group("write") == self.write_id):
+                out.append(rel)
+        return out
+
+    def commit(self, messages: list[TpcCommitMessage | None]) -> None:
+        fs, root = self._fs()
+        kept = {f.relpath: f for m in messages if m is not None for f in m.files}
+        stray = [rel for rel in self._own_files(fs, root) if rel not in kept]
+        if stray:
+            log.info("write %s: removing %d file(s) of failed or superseded task attempts",
+                     self.write_id, len(stray))
+            fs.rm([f"{root}/{rel}" for rel in stray])
+        absent = [rel for rel in kept if not fs.exists(f"{root}/{rel}")]
+        if absent:
+            raise TpcError(f"write {self.write_id}: {len(absent)} committed file(s) vanished, "
+                           f"e.g. {absent[0]!r}")
+        if not self.job.transactional:
+            return
+        sidecar = {"write_id": self.write_id, "files": {
+            rel: {"size": f.size, "checksum": f.checksum, "rows": f.rows}
+            for rel, f in sorted(kept.items())}}
+        with fs.open(f"{root}/{SIDECAR_PREFIX}{self.write_id}.json", "wb") as fh:
+            fh.write(json.dumps(sidecar, sort_keys=True).encode())
+        if self.do_precommit:
+            self.job.precommit()
+
+    def abort(self, messages: list[TpcCommitMessage | None]) -> None:
+        fs, root = self._fs()
+        mine = self._own_files(fs, root) if not self.overwrite else [
+            f.relpath for m in messages if m is not None for f in m.files]
+        if mine:
+            fs.rm([f"{root}/{rel}" for rel in mine if fs.exists(f"{root}/{rel}")])
+        log.warning("write %s aborted: removed %d file(s)", self.write_id, len(mine))
+
+
+class TpcDataSource(DataSource):
+    """``df.write.format("tpc").option("txn", txn.to_json()).save()``."""
+
+    writer_class: type[TpcWriter] = TpcWriter
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT_NAME
+
+    def writer(self, schema: Any, overwrite: bool) -> TpcWriter:
+        opts = {k.lower(): v for k, v in dict(self.options).items()}
+        payload = opts.get("txn")
+        if not payload:
+            raise TpcError("the tpc format needs .option('txn', txn.to_json()) "
+                           "(txn = airflow_tpc.spark.current_transaction(spark))")
+        job = JobTransaction.from_payload(payload, where="option 'txn'")
+        return self.writer_class(job, schema, overwrite, opts)
+
+
+_registered: set[int] = set()
+
+
+def register_data_source(spark: Any, source: type[DataSource] = TpcDataSource) -> None:
+    """Register the ``tpc`` format with this session (idempotent)."""
+    key = hash((id(spark), source))
+    if key not in _registered:
+        spark.dataSource.register(source)
+        _registered.add(key)
+
+
+def write_tpc(df: Any, txn: JobTransaction, *, partition_by: list[str] | None = None,
+              mode: str = "append", compression: str = "snappy",
+              max_records_per_file: int = 0, precommit: bool = True,
+              format_name: str = FORMAT_NAME) -> None:
+    """Write ``df`` into the transaction through the ``tpc`` data source.
+
+    With ``precommit=True`` (default) the write seals the transaction when it
+    succeeds; pass False to add more writes to the same transaction and call
+    ``txn.precommit()`` once at the end.
+    """
+    if mode not in ("append", "overwrite"):
+        raise TpcError(f"the tpc format supports modes append and overwrite, not {mode!r}")
+    if format_name == FORMAT_NAME:
+        register_data_source(df.sparkSession)
+    (df.write.format(format_name)
+     .option("txn", txn.to_json())
+     .option("partition_by", ",".join(partition_by or []))
+     .option("compression", compression)
+     .option("max_records_per_file", str(max_records_per_file))
+     .option("precommit", "true" if precommit else "false")
+     .mode(mode).save())

@@ -1,0 +1,173 @@
+"""Read-committed (and, for debugging, read-uncommitted) views of a target.
+
+:func:`read_committed` is Kafka's ``isolation.level=read_committed`` for a
+target: it reads exactly the files of each epoch's published attempt, as the
+ledger's published markers list them (``Sink.committed_files``) — never a staged,
+aborted or superseded attempt, and never a file that merely sits in an epoch
+directory.  Each row gets an ``epoch`` column (a string, as the ledger spells it).
+
+Local targets are read by Spark itself (distributed).  S3 targets cannot be, as
+pyspark ships no ``s3a://`` connector here, so their files are read on the
+driver with pyarrow/fsspec and handed to ``spark.createDataFrame``: fine for
+what fits in the driver's memory; for more, read with an s3a-enabled Spark
+using the file list from ``Sink.committed_files()``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from ..errors import TpcError
+from ..sink import Sink
+from ..staging import list_staged
+from .context import _credentials_from_env
+
+log = logging.getLogger("airflow_tpc.spark")
+
+_ATTEMPT_BASE = re.compile(r"^(?P<base>.*/attempt=\d{6,})/")
+_READER_NAMESPACE = "airflow-tpc-reader"  # reading never claims a target: any name works
+
+
+def _sink(target: str, storage_options: dict[str, Any] | None) -> Sink:
+    options = storage_options
+    if target.startswith(("s3://", "s3a://")):
+        options = {**_credentials_from_env(), **(storage_options or {})}
+    return Sink(target, _READER_NAMESPACE, storage_options=options)
+
+
+def _base_of(uri: str, epoch_dir: str) -> str:
+    """The directory partition discovery starts from, for one published file."""
+    if uri.startswith(epoch_dir.rstrip("/") + "/"):
+        return epoch_dir.rstrip("/")
+    m = _ATTEMPT_BASE.match(uri)  # "manifest" promotion: files stay in staging
+    if not m:
+        raise TpcError(f"cannot tell the partition base of published file {uri}")
+    return m.group("base")
+
+
+def _group(uris: Iterable[str], epoch_dir: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for uri in uris:
+        out.setdefault(_base_of(uri, epoch_dir), []).append(uri)
+    return out
+
+
+def _read_spark(spark: Any, fmt: str, base: str, files: list[str], options: dict[str, str]
+                ) -> Any:
+    return spark.read.format(fmt).options(basePath=base, **options).load(files)
+
+
+def _read_arrow(spark: Any, fmt: str, base: str, files: list[str], sink: Sink,
+                storage_options: dict[str, Any] | None) -> Any:
+    import fsspec
+    import pyarrow.dataset as ds
+
+    opts: dict[str, Any] = {}
+    so = {**_credentials_from_env(), **(storage_options or {})}
+    for key in ("key", "secret", "token", "endpoint_url"):
+        if so.get(key):
+            opts[key] = so[key]
+    if so.get("region_name"):
+        opts["client_kwargs"] = {"region_name": so["region_name"]}
+    fs, root = fsspec.core.url_to_fs(base, use_listings_cache=False, **opts)
+    paths = [fsspec.core.url_to_fs(u, **opts)[1] for u in files]
+    dataset = ds.dataset(paths, format=fmt, filesystem=fs,
+                         partitioning=ds.partitioning(flavor="hive"),
+                         partition_base_dir=root.rstrip("/"))
+    return spark.createDataFrame(dataset.to_table())
+
+
+def _read_groups(spark: Any, fmt: str, groups: list[tuple[str, list[str], dict[str, Any]]],
+                 target: str, sink: Sink, storage_options: dict[str, Any] | None,
+                 options: dict[str, str], schema: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    remote = target.startswith(("s3://", "s3a://"))
+    frames = []
+    for base, files, extra in groups:
+        if remote:
+            if fmt not in ("parquet", "orc", "csv", "json"):
+                raise TpcError(f"format {fmt!r} cannot be read from S3 here")
+            df = _read_arrow(spark, fmt, base, files, sink, storage_options)
+        else:
+            df = _read_spark(spark, fmt, base, files, options)
+        for name, value in extra.items():
+            df = df.withColumn(name, F.lit(value).cast("string" if name != "attempt"
+                                                         else "int"))
+        frames.append(df)
+    if not frames:
+        from pyspark.sql.types import StringType, StructField, StructType
+
+        if schema is None:
+            return spark.createDataFrame([], "epoch string")
+        if not isinstance(schema, StructType):
+            schema = spark.createDataFrame([], schema).schema
+        return spark.createDataFrame([], StructType(
+            [*schema.fields, StructField("epoch", StringType())]))
+    out = frames[0]
+    for df in frames[1:]:
+        out = out.unionByName(df, allowMissingColumns=True)
+    return out
+
+
+def read_committed(spark: Any, target: str, *, epochs: Iterable[str] | None = None,
+                   format: str = "parquet", storage_options: dict[str, Any] | None = None,
+                   options: dict[str, str] | None = None, schema: Any = None) -> Any:
+    """A DataFrame of exactly the committed epochs of ``target``, with an ``epoch`` column.
+
+    ``epochs`` restricts to some epochs (those not committed are simply absent).
+    ``schema`` is only used to type the empty result when nothing is committed.
+    """
+    sink = _sink(target, storage_options)
+    committed = sink.committed_files(epochs)
+    groups = []
+    for epoch, uris in committed.items():
+        for base, files in _group(uris, sink.output_uri(epoch)).items():
+            groups.append((base, files, {"epoch": epoch}))
+    log.info("read_committed %s: %d epoch(s), %d file(s)", sink.target, len(committed),
+             sum(len(v) for v in committed.values()))
+    return _read_groups(spark, format, groups, target, sink, storage_options, options or {},
+                        schema)
+
+
+def read_uncommitted(spark: Any, target: str, *, epochs: Iterable[str] | None = None,
+                     format: str = "parquet", storage_options: dict[str, Any] | None = None,
+                     options: dict[str, str] | None = None) -> Any:
+    """DEBUGGING ONLY: everything on the target, committed or not.
+
+    Adds ``epoch``, ``attempt`` (null for published data) and ``tpc_state``:
+    ``published`` (what read_committed returns), or the state of a staged
+    attempt (``OPEN``/``PRECOMMITTED``/``COMMITTED`` awaiting promotion, ...).
+    Staged data may be incomplete, duplicated or about to be thrown away:
+    never feed it downstream.
+    """
+    log.warning("read_uncommitted(%s): the result includes UNCOMMITTED, possibly partial or "
+                "discarded data; use it for debugging only", target)
+    sink = _sink(target, storage_options)
+    wanted = None if epochs is None else {str(e) for e in epochs}
+    groups = []
+    committed = sink.committed_files(wanted)
+    published_bases = set()
+    for epoch, uris in committed.items():
+        for base, files in _group(uris, sink.output_uri(epoch)).items():
+            published_bases.add(base)
+            groups.append((base, files, {"epoch": epoch, "attempt": None,
+                                         "tpc_state": "published"}))
+    for info in sink.describe():
+        if wanted is not None and info.epoch not in wanted:
+            continue
+        staging = sink.layout.staging(info.epoch, info.attempt)
+        staged = list_staged(sink.storage, staging)
+        if not staged:
+            continue
+        base = sink.storage.uri(staging)
+        if base in published_bases:
+            continue  # "manifest" promotion publishes in place: already listed above
+        files = [sink.storage.uri(i.path) for i in staged.values()]
+        groups.append((base, files, {"epoch": info.epoch, "attempt": info.attempt,
+                                     "tpc_state": str(info.state)}))
+    return _read_groups(spark, format, groups, target, sink, storage_options, options or {},
+                        None)
