@@ -1,0 +1,363 @@
+"""Operators of the two-phase commit: begin+submit, commit, abort.
+
+They are thin: every protocol decision (fencing, validation, the atomic commit
+point, roll-forward) is made by the core :class:`airflow_tpc.Sink`; the operators
+only carry the transaction between tasks (XCom), map outcomes onto task states and
+Asset events, and keep secrets out of logs, XComs and the Spark conf.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import Asset, BaseOperator
+
+from airflow_tpc import DeliveryGuarantee, InvalidState, SinkConfig, Transaction, TxnState
+from airflow_tpc.airflow.hooks import TXN_XCOM_KEY, TpcHook, check_public
+from airflow_tpc.airflow.links import ManifestLink, TransactionLink
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+#: Spark conf key through which the job receives its transaction (see airflow_tpc.spark).
+SPARK_CONF_KEY = "spark.airflow_tpc.txn"
+#: XCom key of the commit operator's summary.
+COMMIT_XCOM_KEY = "tpc_commit"
+#: Default epoch: the run's data interval, so a scheduled run, a manual rerun and a
+#: backfill of the same interval all address the same epoch (reprocessing replaces).
+DEFAULT_EPOCH = "{{ (data_interval_start or logical_date or dag_run.run_after) | ds }}"
+
+_ZIP_CACHE: dict[str, str] = {}
+
+
+def package_zip(dest_dir: str | None = None) -> str:
+    """A zip of the job-side package for ``--py-files`` (airflow_tpc without its Airflow layer).
+
+    Uses ``airflow_tpc.spark.py_files_zip`` when the job-side module provides it;
+    the fallback below is what it does: the job must not need Airflow installed.
+    """
+    try:
+        from airflow_tpc.spark import py_files_zip  # type: ignore[attr-defined]
+    except ImportError:
+        py_files_zip = None
+    dest = dest_dir or os.path.join(tempfile.gettempdir(), f"airflow_tpc-{os.getuid()}")
+    os.makedirs(dest, exist_ok=True)
+    path = os.path.join(dest, "airflow_tpc_job.zip")
+    if path in _ZIP_CACHE:
+        return _ZIP_CACHE[path]
+    if py_files_zip is not None:
+        result = py_files_zip(path)
+        _ZIP_CACHE[path] = str(result or path)
+        return _ZIP_CACHE[path]
+    root = Path(__file__).resolve().parent.parent  # .../airflow_tpc
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        for file in sorted(root.rglob("*.py")):
+            rel = file.relative_to(root.parent)
+            if rel.parts[1] == "airflow" or "__pycache__" in rel.parts:
+                continue
+            zf.write(file, rel.as_posix())
+    os.replace(tmp, path)
+    _ZIP_CACHE[path] = path
+    return path
+
+
+def job_payload(txn: Transaction, *, guarantee: str, promotion: str,
+                public_storage: dict[str, Any]) -> str:
+    """The JSON for ``spark.airflow_tpc.txn``: the transaction, never a credential."""
+    return json.dumps({**txn.to_dict(), "guarantee": str(guarantee), "promotion": promotion,
+                       "storage": public_storage}, sort_keys=True)
+
+
+class _TpcMixin:
+    """Arguments every protocol task shares: which target, which pipeline, which credentials."""
+
+    target: str
+    namespace: str
+    storage_conn_id: str | None
+    storage_options: dict[str, Any] | None
+    sink_config: SinkConfig | dict[str, Any] | None
+
+    def _init_tpc(self, target: str, namespace: str, storage_conn_id: str | None,
+                  storage_options: dict[str, Any] | None,
+                  sink_config: SinkConfig | dict[str, Any] | None) -> None:
+        self.target = target
+        self.namespace = namespace
+        self.storage_conn_id = storage_conn_id
+        self.storage_options = check_public(storage_options, type(self).__name__)
+        self.sink_config = sink_config
+
+    def tpc_hook(self) -> TpcHook:
+        return TpcHook(self.target, self.namespace, storage_conn_id=self.storage_conn_id,
+                       storage_options=self.storage_options, config=self.sink_config)
+
+
+def pull_txn(context: Context, submit_task_id: str) -> dict[str, Any] | None:
+    """The transaction the submit task of this run began (latest try)."""
+    return context["ti"].xcom_pull(task_ids=submit_task_id, key=TXN_XCOM_KEY)
+
+
+def _owner(context: Context) -> dict[str, Any]:
+    ti = context["ti"]
+    return {"dag_id": ti.dag_id, "run_id": ti.run_id, "task_id": ti.task_id,
+            "try_number": ti.try_number, "map_index": ti.map_index}
+
+
+class StagedSparkSubmitOperator(_TpcMixin, SparkSubmitOperator):
+    """SparkSubmitOperator that runs the job inside a new transaction attempt.
+
+    Every execution (first try, retry, clear) begins a *new* attempt with a higher
+    fencing number, so output of an earlier (possibly still running, "zombie") job
+    can never be published for this one.  That is also why SparkSubmitOperator's
+    durable mode is switched off: it would reconnect a retry to the *previous*
+    job (or skip it as "already succeeded") whose output belongs to a fenced attempt.
+
+    The job receives the transaction in the Spark conf ``spark.airflow_tpc.txn`` and
+    writes into ``txn.staging_uri``, then seals it with ``JobTransaction.precommit()``.
+
+    :param target: where the output is published (local path or ``s3://``).
+    :param namespace: the pipeline's transactional id; two pipelines never share one.
+    :param epoch: templated; defaults to the run's data interval start (``YYYY-MM-DD``).
+    :param guarantee: ``EXACTLY_ONCE`` (default), ``AT_LEAST_ONCE`` or ``NONE``.
+    :param ship_package: add the job-side ``airflow_tpc`` zip to ``py_files``.
+    """
+
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "target",
+                                      "namespace", "epoch")
+    operator_extra_links = (TransactionLink(),)
+    ui_color = "#f5d6a8"
+
+    def __init__(self, *, target: str, namespace: str, epoch: str = DEFAULT_EPOCH,
+                 storage_conn_id: str | None = None,
+                 storage_options: dict[str, Any] | None = None,
+                 sink_config: SinkConfig | dict[str, Any] | None = None,
+                 guarantee: str = DeliveryGuarantee.EXACTLY_ONCE.value,
+                 ship_package: bool = True, **kwargs: Any) -> None:
+        if kwargs.get("durable"):
+            raise ValueError("StagedSparkSubmitOperator cannot be durable: a retry must run a new "
+                             "attempt, never reconnect to the previous attempt's job")
+        kwargs["durable"] = False
+        super().__init__(**kwargs)
+        self._init_tpc(target, namespace, storage_conn_id, storage_options, sink_config)
+        self.epoch = epoch
+        self.guarantee = DeliveryGuarantee(str(guarantee).upper()).value
+        self.ship_package = ship_package
+        self.durable = False
+
+    def execute(self, context: Context) -> None:
+        self._forget_previous_job(context)
+        hook = self.tpc_hook()
+        sink = hook.get_sink()
+        txn = sink.begin(str(self.epoch), owner=_owner(context))
+        self.log.info("Began %s (fencing number %d); staging %s", txn.txn_id, txn.attempt,
+                      txn.staging_uri)
+        context["ti"].xcom_push(key=TXN_XCOM_KEY, value=txn.to_dict())
+        TransactionLink.persist(context, txn)
+        self.conf = {**(self.conf or {}), SPARK_CONF_KEY: job_payload(
+            txn, guarantee=self.guarantee, promotion=sink.config.promotion,
+            public_storage=hook.job_public_options())}
+        if self.ship_package:
+            shipped = package_zip()
+            self.py_files = f"{self.py_files},{shipped}" if self.py_files else shipped
+        env = hook.job_env()
+        if env:
+            self.env_vars = {**(self.env_vars or {}), **env}
+        self._hook = None  # rebuild the hook with the conf/py_files/env above
+        try:
+            super().execute(context)
+        except BaseException as exc:
+            # The attempt is dead: throw its staging away now and fence a late job.
+            self._abort_quietly(sink, txn, f"spark job failed: {type(exc).__name__}")
+            raise
+
+    def _forget_previous_job(self, context: Context) -> None:
+        """Drop the durable job id a previous try may have stored (belt and braces)."""
+        store = context.get("task_state_store")
+        if store is None:
+            return
+        try:
+            if store.get(self.external_id_key) is not None:
+                self.log.info("Forgetting %s of a previous try: this try runs a new attempt",
+                              self.external_id_key)
+                store.delete(self.external_id_key)
+        except Exception as exc:  # a store we cannot reach must not stop a fresh submit
+            self.log.warning("Could not clear the task state store: %s", exc)
+
+    def _abort_quietly(self, sink: Any, txn: Transaction, reason: str) -> None:
+        try:
+            sink.abort(txn, reason)
+            self.log.info("Aborted %s: %s", txn.txn_id, reason)
+        except Exception as exc:
+            self.log.warning("Could not abort %s (%s); the next attempt fences it and the "
+                             "abort task or recover cleans it", txn.txn_id, exc)
+
+
+class CommitOperator(_TpcMixin, BaseOperator):
+    """Commit the run's pre-committed transaction, then emit the target's Asset event.
+
+    The sensor's XCom pointer names the manifest digest that was validated; the core
+    re-checks storage against it before writing the one atomic decision record, so
+    files changed after validation are never published.  Re-running is safe: after a
+    finished commit it is a no-op (and emits no second Asset event); after a crash
+    between the decision and the end of promotion it rolls the promotion forward.
+
+    :param sensor_task_id: the :class:`PrecommitSensor` whose pointer is committed.
+    :param outlets: Assets updated on commit (default: one Asset for the target URI).
+    :param force: commit even past the transaction timeout (logged loudly).
+    """
+
+    template_fields: Sequence[str] = ("target", "namespace", "sensor_task_id")
+    operator_extra_links = (ManifestLink(),)
+    ui_color = "#b7e4c7"
+
+    def __init__(self, *, target: str, namespace: str, sensor_task_id: str,
+                 storage_conn_id: str | None = None,
+                 storage_options: dict[str, Any] | None = None,
+                 sink_config: SinkConfig | dict[str, Any] | None = None,
+                 force: bool = False, **kwargs: Any) -> None:
+        if "outlets" not in kwargs:
+            kwargs["outlets"] = [target_asset(target)]
+        super().__init__(**kwargs)
+        self._init_tpc(target, namespace, storage_conn_id, storage_options, sink_config)
+        self.sensor_task_id = sensor_task_id
+        self.force = force
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        pointer = context["ti"].xcom_pull(task_ids=self.sensor_task_id)
+        if not pointer or "digest" not in pointer:
+            raise InvalidState(f"no pre-commit pointer from task {self.sensor_task_id!r}: "
+                               "nothing validated to commit")
+        hook = self.tpc_hook()
+        sink = hook.get_sink()
+        txn = sink.transaction(pointer["epoch"], int(pointer["attempt"]))
+        before = {i.attempt: i for i in sink.describe(txn.epoch)}.get(txn.attempt)
+        was_published = bool(before and before.published)
+        result = sink.commit(txn, expected_digest=pointer["digest"], force=self.force)
+        manifest = result.manifest
+        summary = {"outcome": result.outcome, "txn_id": txn.txn_id, "epoch": txn.epoch,
+                   "attempt": txn.attempt, "digest": manifest.digest,
+                   "files": manifest.total_files, "bytes": manifest.total_bytes,
+                   "rows": manifest.total_rows, "manifest_uri": pointer.get("manifest_uri"),
+                   "rolled_forward": [list(x) for x in result.rolled_forward]}
+        context["ti"].xcom_push(key=COMMIT_XCOM_KEY, value=summary)
+        ManifestLink.persist(context, pointer.get("manifest_uri"))
+        if result.outcome == "superseded" or was_published:
+            # Nothing new became visible: a later attempt owns the epoch, or this commit
+            # was already carried out. No Asset event, so downstream does not re-run.
+            self.log.info("%s: %s; no new data published, no Asset event", txn.txn_id,
+                          "superseded by a later attempt" if result.outcome == "superseded"
+                          else "already committed and published (no-op)")
+            self.outlets = []
+            return summary
+        self.log.info("%s %s: %d files, %d bytes, %s rows%s", txn.txn_id, result.outcome,
+                      manifest.total_files, manifest.total_bytes, manifest.total_rows,
+                      " (rolled forward)" if result.outcome == "already_committed" else "")
+        extra = {"epoch": txn.epoch, "txn_id": txn.txn_id, "attempt": txn.attempt,
+                 "files": manifest.total_files, "rows": manifest.total_rows,
+                 "bytes": manifest.total_bytes, "digest": manifest.digest}
+        for outlet in self.outlets:
+            if isinstance(outlet, Asset):
+                context["outlet_events"][outlet].extra = dict(extra)
+        return summary
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """Output dataset + statistics for OpenLineage (only if that provider is installed)."""
+        try:
+            from airflow.providers.common.compat.openlineage.facet import (
+                Dataset,
+                OutputStatisticsOutputDatasetFacet,
+            )
+            from airflow.providers.openlineage.extractors import OperatorLineage
+        except ImportError:
+            return None
+        summary = task_instance.xcom_pull(task_ids=task_instance.task_id, key=COMMIT_XCOM_KEY)
+        namespace, name = _lineage_name(self.target)
+        facets = {}
+        if summary:
+            facets["outputStatistics"] = OutputStatisticsOutputDatasetFacet(
+                rowCount=summary.get("rows"), size=summary.get("bytes"),
+                fileCount=summary.get("files"))
+        return OperatorLineage(outputs=[Dataset(namespace=namespace, name=name,
+                                                outputFacets=facets)])
+
+
+def _lineage_name(target: str) -> tuple[str, str]:
+    if target.startswith("s3://"):
+        bucket, _, key = target[5:].partition("/")
+        return f"s3://{bucket}", key or "/"
+    return "file", target.removeprefix("file://")
+
+
+def target_asset(target: str) -> Asset:
+    """The Asset standing for a target's committed data (one URI per target)."""
+    uri = target if "://" in target else f"file://{os.path.abspath(target)}"
+    return Asset(uri=uri.rstrip("/"))
+
+
+class AbortOperator(_TpcMixin, BaseOperator):
+    """Abort the run's transaction(s): by default when submit, sensor or commit failed.
+
+    ``trigger_rule="one_failed"`` makes it run when any upstream protocol task fails
+    *or is marked failed in the UI* (which runs no callbacks, but trigger rules still
+    fire).  Aborting a committed transaction is refused by the core; that case is
+    logged, not raised, because a commit that failed after its decision must be rolled
+    forward by re-running the commit task, not thrown away.
+
+    Besides the latest attempt named in XCom, every undecided attempt of the epoch
+    begun by *this* DAG run is aborted (earlier tries whose XCom is gone).
+    """
+
+    template_fields: Sequence[str] = ("target", "namespace", "submit_task_id", "reason")
+    ui_color = "#f4a6a6"
+
+    def __init__(self, *, target: str, namespace: str, submit_task_id: str,
+                 storage_conn_id: str | None = None,
+                 storage_options: dict[str, Any] | None = None,
+                 sink_config: SinkConfig | dict[str, Any] | None = None,
+                 reason: str = "aborted by the DAG run ({{ ti.task_id }})",
+                 trigger_rule: str = "one_failed", **kwargs: Any) -> None:
+        super().__init__(trigger_rule=trigger_rule, **kwargs)
+        self._init_tpc(target, namespace, storage_conn_id, storage_options, sink_config)
+        self.submit_task_id = submit_task_id
+        self.reason = reason
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        doc = pull_txn(context, self.submit_task_id)
+        sink = self.tpc_hook().get_sink()
+        aborted: list[str] = []
+        committed: list[str] = []
+        if not doc:
+            self.log.info("No transaction was begun by %s in this run: nothing to abort",
+                          self.submit_task_id)
+            return {"aborted": aborted, "committed": committed}
+        claimed = Transaction.from_dict(doc)
+        ti = context["ti"]
+        for info in sink.describe(claimed.epoch):
+            owner = info.owner or {}
+            mine = info.attempt == claimed.attempt or (
+                owner.get("dag_id") == ti.dag_id and owner.get("run_id") == ti.run_id)
+            if not mine:
+                continue
+            if info.state is TxnState.COMMITTED:
+                committed.append(info.txn_id)
+                continue
+            if info.state in (TxnState.ABORTED, TxnState.EXPIRED):
+                continue
+            try:
+                sink.abort(sink.transaction(info.epoch, info.attempt), str(self.reason))
+                aborted.append(info.txn_id)
+            except InvalidState as exc:  # committed concurrently
+                committed.append(info.txn_id)
+                self.log.warning("%s", exc)
+        if committed:
+            self.log.warning("Not aborted (already COMMITTED): %s. If a commit task failed after "
+                             "its decision, re-run it to finish the promotion.", committed)
+        self.log.info("Aborted %s", aborted or "nothing (already decided)")
+        return {"aborted": aborted, "committed": committed}

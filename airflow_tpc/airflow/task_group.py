@@ -1,0 +1,88 @@
+"""One call that wires the whole protocol: submit >> pre-commit sensor >> [approval] >> commit,
+with abort on any failure.  Most pipelines should use this rather than the operators."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import Asset, TaskGroup
+
+from airflow_tpc import SinkConfig
+from airflow_tpc.airflow.operators import (
+    DEFAULT_EPOCH,
+    AbortOperator,
+    CommitOperator,
+    StagedSparkSubmitOperator,
+    target_asset,
+)
+from airflow_tpc.airflow.sensors import PrecommitSensor
+
+
+def exactly_once_spark_group(
+    group_id: str,
+    *,
+    application: str,
+    target: str,
+    namespace: str,
+    epoch: str = DEFAULT_EPOCH,
+    conn_id: str = "spark_default",
+    storage_conn_id: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    sink_config: SinkConfig | dict[str, Any] | None = None,
+    outlets: list[Asset] | None = None,
+    sensor_mode: str = "poke",
+    deferrable: bool = False,
+    poke_interval: float = 5,
+    sensor_timeout: float = 6 * 3600,
+    approval: bool = False,
+    approval_subject: str | None = None,
+    submit_kwargs: dict[str, Any] | None = None,
+    **spark_kwargs: Any,
+) -> TaskGroup:
+    """Build the task group of one exactly-once Spark write.
+
+    Tasks (ids inside the group): ``submit`` (begin + spark-submit), ``wait_precommit``,
+    optionally ``approve`` (a human picks Commit or Abort in the UI), ``commit`` (emits
+    the target's Asset event) and ``abort`` (runs when any of the others fails or is
+    marked failed).  ``spark_kwargs`` go to SparkSubmitOperator (``application_args``,
+    ``conf``, ``py_files``, ``retries`` ...).
+
+    :param epoch: templated; default: the run's data interval start, so scheduled runs,
+        manual reruns and backfills of one interval all write (and replace) one epoch.
+    :param approval: add a Human-in-the-loop gate (providers-standard HITLBranchOperator).
+    """
+    shared = {"target": target, "namespace": namespace, "storage_conn_id": storage_conn_id,
+              "storage_options": storage_options, "sink_config": sink_config}
+    with TaskGroup(group_id=group_id) as group:
+        submit = StagedSparkSubmitOperator(task_id="submit", application=application,
+                                           epoch=epoch, conn_id=conn_id, **shared,
+                                           **(submit_kwargs or {}), **spark_kwargs)
+        wait = PrecommitSensor(task_id="wait_precommit", submit_task_id=submit.task_id,
+                               mode=sensor_mode, deferrable=deferrable,
+                               poke_interval=poke_interval, timeout=sensor_timeout, **shared)
+        commit = CommitOperator(task_id="commit", sensor_task_id=wait.task_id,
+                                outlets=outlets if outlets is not None else [target_asset(target)],
+                                **shared)
+        abort = AbortOperator(task_id="abort", submit_task_id=submit.task_id, **shared)
+        submit >> wait
+        if approval:
+            from airflow.providers.standard.operators.hitl import HITLBranchOperator
+
+            reject = AbortOperator(task_id="abort_rejected", submit_task_id=submit.task_id,
+                                   trigger_rule="all_success",
+                                   reason="rejected at the approval gate", **shared)
+            gate = HITLBranchOperator(
+                task_id="approve",
+                subject=approval_subject or f"Commit {namespace} epoch {epoch}?",
+                body="The job pre-committed {{ ti.xcom_pull(task_ids='" + wait.task_id
+                     + "')['files'] }} files ({{ ti.xcom_pull(task_ids='" + wait.task_id
+                     + "')['rows'] }} rows) for {{ ti.xcom_pull(task_ids='" + wait.task_id
+                     + "')['txn_id'] }}. Commit publishes them; Abort discards them.",
+                options=["Commit", "Abort"],
+                options_mapping={"Commit": commit.task_id, "Abort": reject.task_id})
+            wait >> gate >> [commit, reject]
+            [submit, wait, gate, commit] >> abort
+        else:
+            wait >> commit
+            [submit, wait, commit] >> abort
+    return group

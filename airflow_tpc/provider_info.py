@@ -1,0 +1,51 @@
+"""Provider metadata for Airflow's providers manager (entry point ``apache_airflow_provider``).
+
+Kept import-free (no Airflow, no pyspark): the providers manager calls this while
+Airflow's own configuration is still being initialised.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def get_provider_info() -> dict[str, Any]:
+    from airflow_tpc import __version__
+
+    return {
+        # Must equal the normalised distribution name or `airflow providers list` fails.
+        "package-name": "airflow-tpc",
+        "name": "airflow-tpc (exactly-once Spark output)",
+        "description": "Exactly-once output for Spark batch pipelines: a two-phase commit per "
+                       "epoch (begin, pre-commit, commit/abort) with Airflow operators.",
+        "versions": [__version__],
+        "integrations": [{
+            "integration-name": "airflow-tpc",
+            "external-doc-url": "https://github.com/airflow-tpc/airflow-tpc",
+            "tags": ["software"],
+        }],
+        "operators": [{
+            "integration-name": "airflow-tpc",
+            "python-modules": ["airflow_tpc.airflow.operators"],
+        }],
+        "sensors": [{
+            "integration-name": "airflow-tpc",
+            "python-modules": ["airflow_tpc.airflow.sensors"],
+        }],
+        "triggers": [{
+            "integration-name": "airflow-tpc",
+            "python-modules": ["airflow_tpc.airflow.triggers"],
+        }],
+        "hooks": [{
+            "integration-name": "airflow-tpc",
+            "python-modules": ["airflow_tpc.airflow.hooks"],
+        }],
+        "extra-links": [
+            "airflow_tpc.airflow.links.ManifestLink",
+            "airflow_tpc.airflow.links.TransactionLink",
+        ],
+        "plugins": [{
+            "name": "airflow_tpc",
+            "plugin-class": "airflow_tpc.airflow.plugin.AirflowTpcPlugin",
+        }],
+    }
