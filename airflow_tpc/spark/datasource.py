@@ -327,12 +327,12 @@ def register_data_source(spark: Any, source: type[DataSource] = TpcDataSource) -
 def write_tpc(df: Any, txn: JobTransaction, *, partition_by: list[str] | None = None,
               mode: str = "append", compression: str = "snappy",
               max_records_per_file: int = 0, precommit: bool = True,
-              format_name: str = FORMAT_NAME) -> None:
+              format_name: str = FORMAT_NAME, options: dict[str, str] | None = None) -> None:
     """Write ``df`` into the transaction through the ``tpc`` data source.
 
     With ``precommit=True`` (default) the write seals the transaction when it
     succeeds; pass False to add more writes to the same transaction and call
-    ``txn.precommit()`` once at the end.
+    ``txn.precommit()`` once at the end.  ``options`` go to the data source as is.
     """
     if mode not in ("append", "overwrite"):
         raise TpcError(f"the tpc format supports modes append and overwrite, not {mode!r}")
@@ -344,4 +344,5 @@ def write_tpc(df: Any, txn: JobTransaction, *, partition_by: list[str] | None = 
      .option("compression", compression)
      .option("max_records_per_file", str(max_records_per_file))
      .option("precommit", "true" if precommit else "false")
+     .options(**(options or {}))
      .mode(mode).save())
