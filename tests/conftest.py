@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 
@@ -12,6 +13,9 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing-secret-key")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+
+
+logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's per-request access log
 
 
 @pytest.fixture(scope="session")
