@@ -83,35 +83,38 @@ def test_two_racing_committers_one_decision(store):
     assert len(decisions) == 1
 
 
+def _race_commit_against_abort(store):
+    sink = _sink(store)
+    txn, _ = stage(sink, "9", {"a.parquet": b"A"})
+    barrier = threading.Barrier(2)
+    results = {}
+
+    def run(name, fn):
+        barrier.wait()
+        try:
+            fn()
+            results[name] = "ok"
+        except (InvalidState, CommitConflict) as exc:
+            results[name] = type(exc).__name__
+
+    t1 = threading.Thread(target=run, args=("commit", lambda: sink.commit(txn)))
+    t2 = threading.Thread(target=run, args=("abort", lambda: _sink(store).abort(txn)))
+    t1.start(), t2.start(), t1.join(), t2.join()
+    state = sink.describe("9")[-1].state
+    assert list(results.values()).count("ok") == 1, results
+    if results["commit"] == "ok":
+        assert state is TxnState.COMMITTED and committed_contents(sink)["9"] == [b"A"]
+    else:
+        assert state is TxnState.ABORTED and "9" not in committed_contents(sink)
+    sink.recover()
+    assert_invariant(sink, {"9": [b"A"]} if results["commit"] == "ok" else {},
+                     open_staging_ok=False)
+    sink.storage.delete_prefix(sink.layout.root)
+
+
 def test_racing_commit_and_abort_have_one_outcome(store):
     for _ in range(3):
-        sink = _sink(store)
-        txn, _ = stage(sink, "9", {"a.parquet": b"A"})
-        barrier = threading.Barrier(2)
-        results = {}
-
-        def run(name, fn):
-            barrier.wait()
-            try:
-                fn()
-                results[name] = "ok"
-            except (InvalidState, CommitConflict) as exc:
-                results[name] = type(exc).__name__
-
-        t1 = threading.Thread(target=run, args=("commit", lambda: sink.commit(txn)))
-        t2 = threading.Thread(target=run, args=("abort", lambda: _sink(store).abort(txn)))
-        t1.start(), t2.start(), t1.join(), t2.join()
-        state = sink.describe("9")[-1].state
-        assert list(results.values()).count("ok") == 1, results
-        if results["commit"] == "ok":
-            assert state is TxnState.COMMITTED and committed_contents(sink)["9"] == [b"A"]
-        else:
-            assert state is TxnState.ABORTED and "9" not in committed_contents(sink)
-        # next round on a fresh epoch name
-        sink.recover()
-        assert_invariant(sink, {"9": [b"A"]} if results["commit"] == "ok" else {},
-                         open_staging_ok=False)
-        sink.storage.delete_prefix(sink.layout.root)
+        _race_commit_against_abort(store)
 
 
 def test_racing_begins_get_distinct_increasing_attempts(store):

@@ -7,6 +7,7 @@ aborted attempt), and after every recover it is the highest decided one.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 import uuid
@@ -75,10 +76,8 @@ class EpochMachine(RuleBasedStateMachine):
         if not self.txns:
             return
         txn = data.draw(st.sampled_from(self.txns))
-        try:
+        with contextlib.suppress(FencedError, ManifestError):
             self.sink.precommit(txn)
-        except (FencedError, ManifestError):
-            pass
 
     @rule(data=st.data(), crash=st.one_of(st.none(), st.sampled_from(CRASH_POINTS)))
     def commit(self, data, crash):

@@ -1,4 +1,7 @@
-"""The four scenarios of Flink's TwoPhaseCommitSinkFunction tests, in epoch terms, on both stores."""
+"""The four scenarios of Flink's TwoPhaseCommitSinkFunction tests, in epoch terms.
+
+Each runs on both stores (a local directory and S3 through moto's server).
+"""
 
 from __future__ import annotations
 
