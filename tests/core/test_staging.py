@@ -1,0 +1,41 @@
+"""Staging: unique per attempt, Spark's bookkeeping ignored, configurable root."""
+
+from __future__ import annotations
+
+from airflow_tpc import Sink, SinkConfig
+
+from .helpers import assert_invariant, stage, write_staged
+
+
+def test_staging_unique_per_attempt_and_epoch(store):
+    target, options = store
+    sink = Sink(target, "st", storage_options=options)
+    uris = {sink.begin(e).staging_uri for e in ("1", "1", "2", "1")}
+    assert len(uris) == 4
+    assert all("/_tpc/staging/epoch=" in u for u in uris)
+
+
+def test_spark_bookkeeping_is_not_in_the_manifest(store):
+    target, options = store
+    sink = Sink(target, "st", storage_options=options)
+    txn = sink.begin("1")
+    write_staged(sink, txn, {
+        "part-0.parquet": b"data", "d=1/part-1.parquet": b"more",
+        "_SUCCESS": b"", "_temporary/0/task/part-9.parquet": b"half",
+        ".part-0.parquet.crc": b"crc", "d=1/.part-1.parquet.crc": b"crc",
+    })
+    manifest = sink.precommit(txn)
+    assert [f.path for f in manifest.files] == ["d=1/part-1.parquet", "part-0.parquet"]
+    assert sink.precommit(txn).digest == manifest.digest  # idempotent
+    sink.commit(txn)
+    assert_invariant(sink, {"1": [b"data", b"more"]}, open_staging_ok=False)
+
+
+def test_configured_staging_root_on_same_store(tmp_path):
+    sink = Sink(str(tmp_path / "t"), "st",
+                config=SinkConfig(staging_root=str(tmp_path / "scratch")))
+    txn, _ = stage(sink, "1", {"a.parquet": b"A"})
+    assert txn.staging_uri.startswith(f"file://{tmp_path}/scratch/epoch=1/")
+    sink.commit(txn)
+    assert_invariant(sink, {"1": [b"A"]}, open_staging_ok=False)
+    assert not list((tmp_path / "scratch").rglob("*.parquet"))
