@@ -199,13 +199,17 @@ class TpcWriter(DataSourceArrowWriter):
         try:
             for batch in iterator:
                 for subdir, part in self._split(pa.Table.from_batches([batch])):
-                    if part.num_rows == 0:
-                        continue
-                    entry = open_files.get(subdir) or open_file(subdir, part.schema)
-                    entry[0].write_table(part)
-                    entry[2][0] += part.num_rows
-                    if self.max_records and entry[2][0] >= self.max_records:
-                        close_file(subdir)
+                    offset = 0
+                    while offset < part.num_rows:
+                        entry = open_files.get(subdir) or open_file(subdir, part.schema)
+                        room = (self.max_records - entry[2][0]) if self.max_records \
+                            else part.num_rows
+                        chunk = part.slice(offset, room)
+                        entry[0].write_table(chunk)
+                        entry[2][0] += chunk.num_rows
+                        offset += chunk.num_rows
+                        if self.max_records and entry[2][0] >= self.max_records:
+                            close_file(subdir)
             for subdir in list(open_files):
                 close_file(subdir)
         except BaseException:

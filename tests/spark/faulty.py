@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 from airflow_tpc.errors import TpcError
 from airflow_tpc.spark.datasource import TpcDataSource, TpcWriter
@@ -42,10 +43,20 @@ class CrashFirstAttemptSource(TpcDataSource):
 
 
 class AlwaysFailWriter(TpcWriter):
-    """Partition 1 fails on every attempt, after writing a file: the job fails."""
+    """Partition 1 fails on every attempt, after writing a file: the job fails.
+
+    It first waits until partition 0 has finished its file, so that abort() has a
+    successful task's output to remove (else the two tasks race).
+    """
 
     def file_closed(self, relpath: str, partition_id: int, attempt: int) -> None:
         if partition_id == 1:
+            fs, root = self._fs()
+            deadline = time.time() + 20
+            while time.time() < deadline and not any(
+                    "part-00000-" in p for p in fs.find(root)):
+                time.sleep(0.1)
+            time.sleep(1.0)  # partition 0 closes its file and reports its message
             raise TpcError(f"injected failure in partition 1 attempt {attempt}")
 
 

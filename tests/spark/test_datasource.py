@@ -143,7 +143,9 @@ def test_partitioned_round_trip_with_escaping_and_two_columns(spark, tmp_path):
         "path=a%2Fb%3D0/even=true", "path=a%2Fb%3D1/even=false"}
     sink.commit(txn.txn)
     back = read_committed(spark, sink.target)
-    assert rows_of(back, "id", "path", "even", "v") == sorted(rows)
+    # Spark's partition discovery types a boolean directory value as a string
+    assert rows_of(back, "id", "path", "even", "v") == sorted(
+        (i, p, str(e).lower(), v) for i, p, e, v in rows)
 
 
 def test_at_least_once_writes_straight_into_the_epoch(spark, tmp_path):
