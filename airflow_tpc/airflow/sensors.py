@@ -12,7 +12,7 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow_tpc import SinkConfig
 from airflow_tpc.airflow.hooks import TpcHook, check_public
 from airflow_tpc.airflow.operators import pull_txn
-from airflow_tpc.airflow.triggers import PrecommitTrigger, check_precommit
+from airflow_tpc.airflow.triggers import PrecommitTrigger, check_precommit, sealed_manifest
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -113,7 +113,7 @@ class PrecommitSensor(BaseSensorOperator):
         hook = self._hook()
         sink = hook.get_sink()
         txn = hook.transaction(doc)
-        manifest = sink.read_manifest(txn)
+        manifest = sealed_manifest(sink, txn)
         if manifest is None:  # pragma: no cover - checked just before
             raise PrecommitFailed(f"{txn.txn_id}: manifest disappeared")
         if manifest.total_files == 0 and not self.allow_empty:

@@ -17,6 +17,20 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_tpc.airflow.hooks import TpcHook
 
 
+def sealed_manifest(sink: Any, txn: Any) -> Any:
+    """The attempt's manifest: from staging while pre-committed, from the decision after."""
+    from airflow_tpc import Manifest
+    from airflow_tpc.ledger import DECISION
+
+    manifest = sink.read_manifest(txn)
+    if manifest is not None:
+        return manifest
+    decision = sink.ledger.read(txn.epoch, txn.attempt, DECISION) or {}
+    if decision.get("outcome") == "commit" and decision.get("manifest"):
+        return Manifest.parse(decision["manifest"], where=f"decision of {txn.txn_id}")
+    return None
+
+
 def check_precommit(hook: TpcHook, txn_doc: dict[str, Any]) -> tuple[str, str]:
     """One look at storage: ("ready"|"waiting"|"failed", message).  Blocking.
 
@@ -28,12 +42,16 @@ def check_precommit(hook: TpcHook, txn_doc: dict[str, Any]) -> tuple[str, str]:
 
     sink = hook.get_sink()
     txn = hook.transaction(txn_doc)
+    infos = {i.attempt: i for i in sink.describe(txn.epoch)}
+    mine = infos.get(txn.attempt)
+    if mine is not None and mine.state is TxnState.COMMITTED:
+        # A cleared sensor re-running after the commit: the pre-commit it waits for
+        # happened (its manifest now lives in the decision record).
+        return "ready", f"{txn.txn_id} is already COMMITTED"
     try:
         manifest = sink.read_manifest(txn)
     except ManifestError as exc:
         return "failed", f"invalid pre-commit manifest for {txn.txn_id}: {exc}"
-    infos = {i.attempt: i for i in sink.describe(txn.epoch)}
-    mine = infos.get(txn.attempt)
     if mine is not None and mine.state in (TxnState.ABORTED, TxnState.EXPIRED):
         return "failed", f"{txn.txn_id} was {mine.state} ({mine.reason}): the job failed or " \
                          "the attempt was given up"

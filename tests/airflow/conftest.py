@@ -27,6 +27,7 @@ os.environ.update({
     "AIRFLOW__CORE__DAGS_FOLDER": str(HERE / "dags"),
     "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
     "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+    "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
     "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_HOME}/airflow.db",
     "AIRFLOW_CONN_SPARK_LOCAL": json.dumps({"conn_type": "spark", "host": "local[2]"}),
