@@ -30,8 +30,12 @@ _PUBLIC_OPTION_KEYS = ("endpoint_url", "region_name")
 
 
 def _client_error_code(exc: Exception) -> str:
-    response = getattr(exc, "response", None) or {}
-    return str(response.get("Error", {}).get("Code", type(exc).__name__))
+    # s3fs turns a ClientError into OSError & co. and keeps it as the __cause__.
+    for err in (exc, exc.__cause__):
+        response = getattr(err, "response", None)
+        if response:
+            return str(response.get("Error", {}).get("Code", type(exc).__name__))
+    return type(exc).__name__
 
 
 class S3Storage(Storage):
@@ -67,12 +71,26 @@ class S3Storage(Storage):
             client_kwargs = dict(opts.get("client_kwargs", {}))
             if "region_name" in opts:
                 client_kwargs.setdefault("region_name", opts["region_name"])
-            self._fs = s3fs.S3FileSystem(
+            fs = s3fs.S3FileSystem(
                 key=opts.get("key"), secret=opts.get("secret"), token=opts.get("token"),
                 endpoint_url=opts.get("endpoint_url"), client_kwargs=client_kwargs,
                 skip_instance_cache=True, use_listings_cache=False,
+                config_kwargs=self._client_config(),
             )
+            # s3fs's own loop would re-run each call (after the SDK's retries) up to
+            # 5 times on SlowDown/connection errors: 5x the configured budget.
+            fs.retries = 1
+            self._fs = fs
         return self._fs
+
+    def _client_config(self) -> dict[str, Any]:
+        """One retry policy for boto3 and s3fs: standard mode, ``max_attempts`` retries."""
+        opts = self._options
+        return {
+            "retries": {"mode": "standard", "max_attempts": opts.get("max_attempts", 10)},
+            "connect_timeout": opts.get("connect_timeout", 10),
+            "read_timeout": opts.get("read_timeout", 60),
+        }
 
     @property
     def client(self):
@@ -89,12 +107,8 @@ class S3Storage(Storage):
                     aws_secret_access_key=opts.get("secret"),
                     aws_session_token=opts.get("token"),
                     region_name=opts.get("region_name"),
-                    config=Config(
-                        retries={"mode": "standard", "max_attempts": opts.get("max_attempts", 10)},
-                        max_pool_connections=self.copy_workers + 4,
-                        connect_timeout=opts.get("connect_timeout", 10),
-                        read_timeout=opts.get("read_timeout", 60),
-                    ),
+                    config=Config(max_pool_connections=self.copy_workers + 4,
+                                  **self._client_config()),
                 )
         return self._client
 

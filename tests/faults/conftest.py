@@ -50,11 +50,7 @@ def fault_bucket(moto_endpoint: str, request: pytest.FixtureRequest) -> str:
     """A bucket named after the test id (not random), so a seed replays the same requests."""
     digest = hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:16]
     name = f"tpcf-{digest}"
-    client = _client(moto_endpoint)
-    try:
-        client.create_bucket(Bucket=name)
-    except client.exceptions.BucketAlreadyOwnedByYou:  # pragma: no cover - reruns in one session
-        pass
+    _client(moto_endpoint).create_bucket(Bucket=name)
     return name
 
 

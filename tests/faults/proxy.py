@@ -181,16 +181,29 @@ def _canonical(req: Request) -> str:
 
 
 @dataclass
+class Invocation:
+    """The requests of one SDK API call (one ``amz-sdk-invocation-id``)."""
+
+    op: Op
+    client: str                                           # "botocore" or "aiobotocore"
+    method: str
+    attempts: Counter = field(default_factory=Counter)    # SDK attempt number -> requests
+
+    @property
+    def requests(self) -> int:
+        return sum(self.attempts.values())
+
+
+@dataclass
 class Stats:
     """What went through the proxy.  Counters are per op (and per fault kind)."""
 
     requests: Counter = field(default_factory=Counter)          # op -> requests seen
     forwarded: Counter = field(default_factory=Counter)         # op -> reached moto
     injected: Counter = field(default_factory=Counter)          # (op, fault) -> count
-    #: SDK invocation id -> (op, requests seen for it).  botocore and aiobotocore
-    #: send ``amz-sdk-invocation-id`` (same on every retry of one API call) and
-    #: ``amz-sdk-request: attempt=N; max=M``.
-    invocations: dict[str, list] = field(default_factory=dict)
+    #: botocore and aiobotocore send ``amz-sdk-invocation-id`` (the same on every
+    #: retry of one API call) and ``amz-sdk-request: attempt=N; max=M``.
+    invocations: dict[str, Invocation] = field(default_factory=dict)
     max_declared: Counter = field(default_factory=Counter)      # declared max -> requests
     untracked: Counter = field(default_factory=Counter)         # op -> requests without id
     log: list[tuple[str, str, str, str]] = field(default_factory=list)  # op, fault, method, path
@@ -202,14 +215,23 @@ class Stats:
         return out
 
     def attempts_per_invocation(self) -> dict[Op, int]:
-        """The largest number of requests any one SDK call of each op made."""
+        """The most SDK attempts any one API call of each op made."""
         out: dict[Op, int] = defaultdict(int)
-        for op, n in self.invocations.values():
-            out[op] = max(out[op], n)
+        for inv in self.invocations.values():
+            out[inv.op] = max(out[inv.op], len(inv.attempts))
         return dict(out)
 
+    def resends(self) -> list[Invocation]:
+        """Calls where one SDK attempt reached the proxy more than once.
+
+        aiohttp (under aiobotocore/s3fs) re-sends an idempotent request once when
+        the server disconnects; that happens below the SDK's attempt counting.
+        """
+        return [inv for inv in self.invocations.values() if any(
+            n > 1 for n in inv.attempts.values())]
+
     def invocation_count(self) -> Counter:
-        return Counter(op for op, _ in self.invocations.values())
+        return Counter(inv.op for inv in self.invocations.values())
 
     def summary(self) -> str:
         total = sum(self.requests.values())
@@ -359,15 +381,17 @@ class FaultProxy:
         with self._lock:
             st = self.stats
             st.requests[op] += 1
-            inv = req.headers.get("amz-sdk-invocation-id")
-            if inv:
-                entry = st.invocations.setdefault(inv, [op, 0])
-                entry[1] += 1
+            inv_id = req.headers.get("amz-sdk-invocation-id")
+            sdk = _sdk_request(req.headers.get("amz-sdk-request", ""))
+            if inv_id:
+                client = "aiobotocore" if "aiobotocore" in req.headers.get("user-agent", "") \
+                    else "botocore"
+                inv = st.invocations.setdefault(inv_id, Invocation(op, client, req.method))
+                inv.attempts[sdk.get("attempt", 1)] += 1
             else:
                 st.untracked[op] += 1
-            declared = _sdk_max(req.headers.get("amz-sdk-request", ""))
-            if declared is not None:
-                st.max_declared[declared] += 1
+            if "max" in sdk:
+                st.max_declared[sdk["max"]] += 1
             if fault is not None:
                 st.injected[(op, fault)] += 1
                 st.log.append((str(op), str(fault), req.method, req.target))
@@ -472,12 +496,14 @@ def _hang_up(conn: socket.socket) -> None:
     conn.close()
 
 
-def _sdk_max(value: str) -> int | None:
+def _sdk_request(value: str) -> dict[str, int]:
+    """``attempt=2; max=4`` -> {"attempt": 2, "max": 4}."""
+    out = {}
     for part in value.split(";"):
         k, _, v = part.strip().partition("=")
-        if k == "max" and v.isdigit():
-            return int(v)
-    return None
+        if v.isdigit():
+            out[k] = int(v)
+    return out
 
 
 _ERRORS = {
