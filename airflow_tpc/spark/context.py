@@ -27,7 +27,7 @@ from typing import Any
 from ..errors import TpcError
 from ..manifest import Manifest
 from ..sink import Sink
-from ..staging import is_hidden, list_staged
+from ..staging import list_staged
 from ..transaction import DeliveryGuarantee, SinkConfig, Transaction
 
 log = logging.getLogger("airflow_tpc.spark")
@@ -41,7 +41,7 @@ PUBLIC_STORAGE_KEYS = ("endpoint_url", "region_name")
 #: Hidden sidecar each data-source write leaves in staging: rows/checksums measured
 #: at write time, so :meth:`JobTransaction.precommit` need not re-read the files.
 SIDECAR_PREFIX = "_tpc_write-"
-#: The directory name Spark gives a null partition value.
+#: The value Spark writes for a null partition value (``col=__HIVE_DEFAULT_PARTITION__``).
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 
 _STAGING_TAIL = re.compile(r"/epoch=[^/]+/attempt=\d{6,}/?$")
@@ -219,23 +219,24 @@ class JobTransaction:
         """Seal the staging (the core writes the manifest last).  Idempotent.
 
         Rows and checksums recorded by data-source writes are passed on so the
-        core does not re-read those files.  A staged file below a hidden directory
-        (e.g. Spark's ``__HIVE_DEFAULT_PARTITION__`` for a null partition value)
-        would be silently left out of the manifest, so it is refused here.
-        Returns None (and writes nothing) for AT_LEAST_ONCE/NONE, which have
-        nothing to seal.  The core raises FencedError for a superseded attempt.
+        core does not re-read those files.  Returns None (and writes nothing) for
+        AT_LEAST_ONCE/NONE, which have nothing to seal.  The core raises FencedError
+        for a superseded attempt.
         """
         if not self.transactional:
             log.info("%s: guarantee %s writes straight to %s; nothing to pre-commit",
                      self.txn_id, self.guarantee.value, self.output_uri)
             return None
         sink = self.sink()
+        if sink.read_manifest(self.txn) is not None:
+            return sink.precommit(self.txn)  # sealed already: the core returns it (or refuses)
         staging = sink.layout.staging(self.epoch, self.attempt)
+        listing = sink.storage.list(staging)
         staged = list_staged(sink.storage, staging)
-        self._refuse_hidden_partitions(sink, staging)
         rows: dict[str, int] = {}
         checksums: dict[str, str] = {}
-        for rel, (checksum, size, nrows) in self._measured_by_writers(sink, staging).items():
+        measured = self._measured_by_writers(sink, listing)
+        for rel, (checksum, size, nrows) in measured.items():
             if rel in staged and staged[rel].size == size:  # trusted only if unchanged
                 checksums[rel] = checksum
                 if nrows is not None:
@@ -244,11 +245,11 @@ class JobTransaction:
         checksums.update(_hash_parallel(sink, staging, unmeasured))
         return sink.precommit(self.txn, rows=rows or None, checksums=checksums or None)
 
-    def _measured_by_writers(self, sink: Sink, staging: str
+    def _measured_by_writers(self, sink: Sink, listing: list[Any]
                              ) -> dict[str, tuple[str, int, int | None]]:
         """rel -> (checksum, size, rows) from the sidecars of data-source writes."""
         out: dict[str, tuple[str, int, int | None]] = {}
-        for info in sink.storage.list(staging):
+        for info in listing:
             if not info.path.rsplit("/", 1)[-1].startswith(SIDECAR_PREFIX):
                 continue
             try:
@@ -260,18 +261,6 @@ class JobTransaction:
             except (ValueError, KeyError, TypeError, AttributeError):
                 continue  # a torn sidecar only costs a re-hash
         return out
-
-    def _refuse_hidden_partitions(self, sink: Sink, staging: str) -> None:
-        prefix = staging.rstrip("/") + "/"
-        for info in sink.storage.list(staging):
-            rel = info.path[len(prefix):]
-            parts = rel.split("/")
-            if any(p.endswith("=" + HIVE_NULL) for p in parts[:-1]) and not is_hidden(parts[-1]):
-                raise TpcError(
-                    f"{self.txn_id}: staged file {rel!r} is below a {HIVE_NULL} directory (a "
-                    "null partition value). The manifest and every reader skip directories "
-                    "starting with '_', so its rows would silently be lost. Replace null "
-                    "partition values (e.g. coalesce to a sentinel) before writing.")
 
     def commit(self, **kwargs: Any) -> Any:
         """Commit from the job itself: for standalone runs (Airflow's commit task does it)."""

@@ -71,8 +71,7 @@ class TpcCommitMessage(WriterCommitMessage):
 def escape_partition_value(value: Any) -> str:
     """Format a partition value as Spark's native writers name its directory."""
     if value is None:
-        raise TpcError(f"null partition value: Spark would write {HIVE_NULL}, which every "
-                       "reader and the manifest skip (hidden '_' directory); replace nulls first")
+        return HIVE_NULL  # read back as null by Spark's partition discovery
     if isinstance(value, bool):
         text = "true" if value else "false"
     elif hasattr(value, "isoformat") and not hasattr(value, "hour"):
@@ -245,23 +244,23 @@ class TpcWriter(DataSourceArrowWriter):
             mask = None
             for col in self.partition_by:
                 value = combo[col]
-                if value is None:
-                    escape_partition_value(None)  # raises with the explanation
-                term = pc.equal(keys[col], value)
+                term = pc.is_null(keys[col]) if value is None else pc.equal(keys[col], value)
                 mask = term if mask is None else pc.and_(mask, term)
             subdir = "/".join(f"{c}={escape_partition_value(combo[c])}" for c in self.partition_by)
             yield subdir, data.filter(mask)
 
     # -- driver-side (Python worker started by the JVM) ------------------------
-    def _own_files(self, fs: Any, root: str) -> list[str]:
-        """Every visible data file below the base that this write (or overwrite) owns."""
+    def _visible_files(self, fs: Any, root: str) -> list[str]:
+        """Every visible file below the base (one recursive listing), relative to it."""
         if not fs.exists(root):
             return []
+        rels = (path[len(root):].lstrip("/") for path in fs.find(root))
+        return [rel for rel in rels if not is_hidden(rel)]
+
+    def _owned(self, rels: list[str]) -> list[str]:
+        """The files this write may delete: its own, or all of them when overwriting."""
         out = []
-        for path in fs.find(root):
-            rel = path[len(root):].lstrip("/")
-            if is_hidden(rel):
-                continue
+        for rel in rels:
             m = _NAME_RE.match(posixpath.basename(rel))
             if self.overwrite or (m and m.group("write") == self.write_id):
                 out.append(rel)
@@ -270,12 +269,13 @@ class TpcWriter(DataSourceArrowWriter):
     def commit(self, messages: list[TpcCommitMessage | None]) -> None:
         fs, root = self._fs()
         kept = {f.relpath: f for m in messages if m is not None for f in m.files}
-        stray = [rel for rel in self._own_files(fs, root) if rel not in kept]
+        present = self._visible_files(fs, root)
+        stray = [rel for rel in self._owned(present) if rel not in kept]
         if stray:
             log.info("write %s: removing %d file(s) of failed or superseded task attempts",
                      self.write_id, len(stray))
             fs.rm([f"{root}/{rel}" for rel in stray])
-        absent = [rel for rel in kept if not fs.exists(f"{root}/{rel}")]
+        absent = sorted(set(kept) - set(present))
         if absent:
             raise TpcError(f"write {self.write_id}: {len(absent)} committed file(s) vanished, "
                            f"e.g. {absent[0]!r}")
@@ -291,11 +291,15 @@ class TpcWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[TpcCommitMessage | None]) -> None:
         fs, root = self._fs()
-        mine = self._own_files(fs, root) if not self.overwrite else [
-            f.relpath for m in messages if m is not None for f in m.files]
-        if mine:
-            fs.rm([f"{root}/{rel}" for rel in mine if fs.exists(f"{root}/{rel}")])
-        log.warning("write %s aborted: removed %d file(s)", self.write_id, len(mine))
+        if self.overwrite:  # only what this write produced; the rest was not ours to drop
+            mine = [f.relpath for m in messages if m is not None for f in m.files]
+        else:
+            mine = self._owned(self._visible_files(fs, root))
+        present = set(self._visible_files(fs, root))
+        gone = [f"{root}/{rel}" for rel in mine if rel in present]
+        if gone:
+            fs.rm(gone)
+        log.warning("write %s aborted: removed %d file(s)", self.write_id, len(gone))
 
 
 class TpcDataSource(DataSource):

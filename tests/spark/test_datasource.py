@@ -136,16 +136,19 @@ def test_partitioned_round_trip_with_escaping_and_two_columns(spark, tmp_path):
     sink = Sink(str(tmp_path / "t"), "ns")
     txn = job_for(spark, sink, "9")
     rows = [(i, f"a/b={i % 2}", i % 2 == 0, f"v{i}") for i in range(20)]
+    rows += [(20, None, True, "null path"), (21, None, None, "both null")]
     df = spark.createDataFrame(rows, "id long, path string, even boolean, v string")
     write_tpc(df, txn, partition_by=["path", "even"])
     manifest = sink.read_manifest(txn.txn)
     assert {f.path.rsplit("/", 1)[0] for f in manifest.files} == {
-        "path=a%2Fb%3D0/even=true", "path=a%2Fb%3D1/even=false"}
+        "path=a%2Fb%3D0/even=true", "path=a%2Fb%3D1/even=false",
+        "path=__HIVE_DEFAULT_PARTITION__/even=true",
+        "path=__HIVE_DEFAULT_PARTITION__/even=__HIVE_DEFAULT_PARTITION__"}
     sink.commit(txn.txn)
     back = read_committed(spark, sink.target)
     # Spark's partition discovery types a boolean directory value as a string
     assert rows_of(back, "id", "path", "even", "v") == sorted(
-        (i, p, str(e).lower(), v) for i, p, e, v in rows)
+        (i, p, None if e is None else str(e).lower(), v) for i, p, e, v in rows)
 
 
 def test_at_least_once_writes_straight_into_the_epoch(spark, tmp_path):

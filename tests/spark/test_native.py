@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from airflow_tpc import FencedError, Sink, TpcError
+from airflow_tpc import FencedError, Sink
 from airflow_tpc.spark import read_committed
 
 from .helpers import job_for, rows_of
@@ -86,14 +86,17 @@ def test_precommit_of_a_fenced_attempt_is_refused(spark, tmp_path):
     assert sink.read_manifest(zombie.txn) is None
 
 
-def test_null_partition_values_are_refused_not_silently_dropped(spark, tmp_path):
+def test_null_partition_values_round_trip(spark, tmp_path):
+    """Spark names a null partition ``country=__HIVE_DEFAULT_PARTITION__``: not hidden, kept."""
     sink = Sink(str(tmp_path / "t"), "ns")
     txn = job_for(spark, sink, "1")
     df = spark.createDataFrame([(1, "a"), (2, None)], "id long, country string")
     df.write.partitionBy("country").parquet(txn.output_uri)
-    with pytest.raises(TpcError, match="null partition value"):
-        txn.precommit()
-    assert sink.read_manifest(txn.txn) is None
+    manifest = txn.precommit()
+    assert any("country=__HIVE_DEFAULT_PARTITION__/" in f.path for f in manifest.files)
+    sink.commit(txn.txn)
+    assert rows_of(read_committed(spark, sink.target), "id", "country") == [
+        (1, "a"), (2, None)]
 
 
 def test_a_failed_native_job_leaves_no_manifest_and_nothing_visible(spark, tmp_path):
