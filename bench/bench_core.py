@@ -1,0 +1,647 @@
+"""Benchmarks of the airflow-tpc transaction core (local disk and S3 through moto).
+
+Run from the repository root::
+
+    .venv/bin/python bench/bench_core.py            # full run (adds 100,000 local files)
+    .venv/bin/python bench/bench_core.py --quick    # about 1-2 minutes on 2 cores
+
+Three benchmarks, each reported as medians over repetitions, with every ratio
+computed from timings taken in the same run (numbers from different machines or
+runs are never compared):
+
+1. local commit of one epoch vs Spark's FileOutputCommitter v1 job commit
+   (one ``os.rename`` per file out of ``_temporary``);
+2. S3 (moto server on 127.0.0.1) promotion with parallel vs sequential copies;
+3. memory (tracemalloc peak) and record sizes vs the number of files.
+
+The results are printed and written as markdown to ``docs/benchmarks.md``.
+Nothing here asserts on a time: this is a measurement, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import datetime as _dt
+import functools
+import io
+import os
+import platform
+import pstats
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from airflow_tpc import Sink, SinkConfig, Transaction
+from airflow_tpc.manifest import MANIFEST_NAME
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUTPUT = ROOT / "docs" / "benchmarks.md"
+NAMESPACE = "bench"
+EPOCH = "2026-01-01"
+S3_CREDS = {"key": "testing", "secret": "testing-secret-key", "region_name": "us-east-1"}
+_BLOCK = os.urandom(4096)
+
+
+# ----------------------------------------------------------------- helpers
+def file_size(i: int) -> int:
+    """Deterministic small-file size between 1 KiB and 4 KiB."""
+    return 1024 + (i * 797) % 3073
+
+
+def file_name(i: int) -> str:
+    return f"part-{i:06d}-{uuid.UUID(int=i).hex[:8]}.c000.snappy.parquet"
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    """Run ``fn`` once; (seconds, result)."""
+    start = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - start, result
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def fmt_s(seconds: float) -> str:
+    """A duration for a table: ms below 1 s."""
+    if seconds != seconds:  # NaN
+        return "n/a"
+    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:,.2f} s"
+
+
+def fmt_ratio(num: float, den: float) -> str:
+    return f"{num / den:.2f}x" if den > 0 else "n/a"
+
+
+def fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return f"{n:,.1f} GiB"  # pragma: no cover
+
+
+def spread(values: list[float]) -> str:
+    """min-max of the repetitions, for the reader to judge the noise."""
+    return f"{fmt_s(min(values))} – {fmt_s(max(values))}" if values else ""
+
+
+def write_local_files(directory: str, n: int, *, task_dirs: int = 0) -> None:
+    """What Spark tasks leave behind: ``n`` small files (no fsync, as Spark's writers).
+
+    With ``task_dirs``, files are spread round-robin over that many task folders.
+    """
+    folders = [os.path.join(directory, f"task_{t:04d}") for t in range(task_dirs)] or [directory]
+    for folder in folders:
+        os.makedirs(folder, exist_ok=True)
+    for i in range(n):
+        with open(os.path.join(folders[i % len(folders)], file_name(i)), "wb") as fh:
+            fh.write(_BLOCK[: file_size(i)])
+
+
+def flush_page_cache_writes() -> None:
+    """Write back dirty pages so no timed fsync pays for the staging writes."""
+    if hasattr(os, "sync"):
+        os.sync()
+
+
+# ----------------------------------------------------- 1. local vs FileOutputCommitter v1
+V1_TASK_DIRS = 16
+
+
+def stage_v1(base: str, n: int) -> str:
+    """The state before a v1 job commit: committed task outputs in ``_temporary/0/task_*``.
+
+    16 task folders, not one per file: a real job's extra per-task listings and
+    folder removals are left out, which favours the baseline.
+    """
+    out = os.path.join(base, "v1_output")
+    write_local_files(os.path.join(out, "_temporary", "0"), n, task_dirs=V1_TASK_DIRS)
+    return out
+
+
+def v1_job_commit(out: str) -> tuple[float, float]:
+    """FileOutputCommitter v1 ``commitJob``: merge each committed task dir, then clean.
+
+    Returns (seconds for listing + per-file renames, seconds including the
+    ``_temporary`` removal and the ``_SUCCESS`` marker).
+    """
+    start = time.perf_counter()
+    job_dir = os.path.join(out, "_temporary", "0")
+    with os.scandir(job_dir) as tasks:
+        task_dirs = [t.path for t in tasks if t.is_dir()]
+    for task_dir in task_dirs:  # mergePaths(task dir, out): out exists -> per child
+        with os.scandir(task_dir) as files:
+            for f in files:
+                os.rename(f.path, os.path.join(out, f.name))
+    renamed = time.perf_counter()
+    shutil.rmtree(os.path.join(out, "_temporary"))
+    with open(os.path.join(out, "_SUCCESS"), "wb"):
+        pass
+    return renamed - start, time.perf_counter() - start
+
+
+def stage_tpc(base: str, n: int, verify: str) -> tuple[Sink, Transaction]:
+    """begin() and the Spark job's writes into the attempt's staging."""
+    sink = Sink(os.path.join(base, f"tpc_{verify}"), NAMESPACE,
+                config=SinkConfig(verify=verify, copy_workers=16))
+    txn = sink.begin(EPOCH)
+    write_local_files(sink.layout.staging(txn.epoch, txn.attempt), n)
+    return sink, txn
+
+
+@dataclass
+class LocalResult:
+    n: int
+    reps: int
+    v1_rename: list[float] = field(default_factory=list)
+    v1_total: list[float] = field(default_factory=list)
+    precommit: dict[str, list[float]] = field(default_factory=dict)
+    commit: dict[str, list[float]] = field(default_factory=dict)
+
+
+def bench_local(workdir: str, sizes: list[int], reps_for: Callable[[int], int],
+                log: Callable[[str], None]) -> list[LocalResult]:
+    """Benchmark 1: one epoch's commit on a local disk, tpc vs v1 renames."""
+    results = []
+    variants = ["v1", "size", "checksum"]
+    for n in sizes:
+        res = LocalResult(n, reps_for(n))
+        res.precommit = {"size": [], "checksum": []}
+        res.commit = {"size": [], "checksum": []}
+        for rep in range(res.reps):
+            base = tempfile.mkdtemp(prefix=f"local-{n}-{rep}-", dir=workdir)
+            v1_out = stage_v1(base, n)
+            staged = {v: stage_tpc(base, n, v) for v in ("size", "checksum")}
+            flush_page_cache_writes()
+            order = variants[rep % 3:] + variants[:rep % 3]  # rotate who goes first
+            for variant in order:
+                if variant == "v1":
+                    renames, total = v1_job_commit(v1_out)
+                    res.v1_rename.append(renames)
+                    res.v1_total.append(total)
+                    continue
+                sink, txn = staged[variant]
+                t_pre, _ = timed(lambda s=sink, t=txn: s.precommit(t))
+                flush_page_cache_writes()
+                t_commit, result = timed(lambda s=sink, t=txn: s.commit(t))
+                assert result.outcome == "committed", result.outcome
+                res.precommit[variant].append(t_pre)
+                res.commit[variant].append(t_commit)
+            shutil.rmtree(base)
+            log(f"  local n={n:>6} rep {rep + 1}/{res.reps}: v1 {fmt_s(res.v1_rename[-1])}, "
+                f"tpc size {fmt_s(res.commit['size'][-1])}, "
+                f"checksum {fmt_s(res.commit['checksum'][-1])}")
+        results.append(res)
+    return results
+
+
+def profile_local_commit(workdir: str, n: int, top: int = 10) -> list[tuple[str, int, float,
+                                                                             float]]:
+    """cProfile of one local commit (verify="size"): top functions by own time.
+
+    Returns (function, calls, own seconds, cumulative seconds); times are inflated
+    by the profiler, so only their shares matter.
+    """
+    base = tempfile.mkdtemp(prefix=f"profile-{n}-", dir=workdir)
+    try:
+        sink, txn = stage_tpc(base, n, "size")
+        sink.precommit(txn)
+        flush_page_cache_writes()
+        prof = cProfile.Profile()
+        prof.enable()
+        sink.commit(txn)
+        prof.disable()
+    finally:
+        shutil.rmtree(base)
+    stats = pstats.Stats(prof, stream=io.StringIO())
+    rows = []
+    for (filename, line, func), (_cc, ncalls, tottime, cumtime, _) in stats.stats.items():  # type: ignore[attr-defined]
+        where = filename
+        if str(ROOT) in filename:
+            where = os.path.relpath(filename, ROOT)
+        elif "site-packages" in filename or "/lib/python" in filename:
+            where = "stdlib/" + os.path.basename(filename)
+        label = f"{func} ({where}:{line})" if where != "~" else func
+        rows.append((label, ncalls, tottime, cumtime))
+    rows.sort(key=lambda r: r[2], reverse=True)
+    return rows[:top]
+
+
+# ------------------------------------------------------------- 2. S3 through moto
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def moto_server() -> Iterator[str]:
+    """moto's S3 server as a separate process on 127.0.0.1; killed on exit."""
+    exe = Path(sys.executable).with_name("moto_server")
+    cmd = [str(exe) if exe.exists() else (shutil.which("moto_server") or "moto_server")]
+    port = free_port()
+    proc = subprocess.Popen([*cmd, "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"moto_server did not start on port {port}") from None
+                time.sleep(0.1)
+        yield endpoint
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def s3_client(endpoint: str) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=S3_CREDS["key"],
+                        aws_secret_access_key=S3_CREDS["secret"], region_name="us-east-1",
+                        config=Config(max_pool_connections=16))
+
+
+def moto_reset(endpoint: str) -> None:
+    """Drop every bucket in the server so each run starts from the same state."""
+    req = urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")
+    with urllib.request.urlopen(req, timeout=30):
+        pass
+
+
+@dataclass
+class S3Result:
+    n: int
+    reps: int
+    precommit: dict[int, list[float]] = field(default_factory=dict)
+    commit: dict[int, list[float]] = field(default_factory=dict)
+    copies: dict[int, list[float]] = field(default_factory=dict)
+
+
+def _instrument_copies(sink: Sink, sink_times: list[float]) -> None:
+    """Record how long the storage's copy_many (the copies alone) takes."""
+    storage = sink.storage
+    original = storage.copy_many
+
+    @functools.wraps(original)
+    def copy_many(*args: Any, **kwargs: Any) -> Any:
+        t, result = timed(lambda: original(*args, **kwargs))
+        sink_times.append(t)
+        return result
+
+    storage.copy_many = copy_many  # type: ignore[method-assign]
+
+
+def bench_s3(endpoint: str, sizes: list[int], reps: int, workers: list[int],
+             log: Callable[[str], None]) -> list[S3Result]:
+    """Benchmark 2: promotion of one epoch on S3, copy_workers=16 vs 1."""
+    options = {"endpoint_url": endpoint, **S3_CREDS}
+    client = s3_client(endpoint)
+    results = []
+    for n in sizes:
+        res = S3Result(n, reps, {w: [] for w in workers}, {w: [] for w in workers},
+                       {w: [] for w in workers})
+        for rep in range(reps):
+            order = workers if rep % 2 == 0 else list(reversed(workers))
+            for w in order:
+                moto_reset(endpoint)
+                bucket = f"bench-{n}-{rep}-{w}"
+                client.create_bucket(Bucket=bucket)
+                sink = Sink(f"s3://{bucket}/tables/events", NAMESPACE, storage_options=options,
+                            config=SinkConfig(copy_workers=w))
+                txn = sink.begin(EPOCH)
+                staging = sink.layout.staging(txn.epoch, txn.attempt)
+                prefix = staging.split("/", 1)[1]
+                with ThreadPoolExecutor(8) as pool:
+                    list(pool.map(lambda i, p=prefix, b=bucket: client.put_object(
+                        Bucket=b, Key=f"{p}/{file_name(i)}", Body=_BLOCK[: file_size(i)]),
+                        range(n)))
+                copy_times: list[float] = []
+                _instrument_copies(sink, copy_times)
+                t_pre, _ = timed(lambda s=sink, t=txn: s.precommit(t))
+                t_commit, result = timed(lambda s=sink, t=txn: s.commit(t))
+                assert result.outcome == "committed", result.outcome
+                assert len(sink.committed_files()[EPOCH]) == n
+                res.precommit[w].append(t_pre)
+                res.commit[w].append(t_commit)
+                res.copies[w].append(sum(copy_times))
+            log(f"  s3 n={n:>5} rep {rep + 1}/{reps}: " + ", ".join(
+                f"workers={w} {fmt_s(res.commit[w][-1])}" for w in workers))
+        results.append(res)
+    moto_reset(endpoint)
+    return results
+
+
+# ---------------------------------------------------------- 3. memory and sizes
+@dataclass
+class MemResult:
+    n: int
+    staged_bytes: int
+    manifest_bytes: int
+    decision_bytes: int
+    marker_bytes: int
+    precommit_peak: int
+    commit_peak: int
+
+
+def bench_memory(workdir: str, sizes: list[int], log: Callable[[str], None]) -> list[MemResult]:
+    """Benchmark 3: tracemalloc peak of precommit/commit and record sizes (local store)."""
+    results = []
+    for n in sizes:
+        base = tempfile.mkdtemp(prefix=f"mem-{n}-", dir=workdir)
+        try:
+            sink, txn = stage_tpc(base, n, "size")
+            flush_page_cache_writes()
+            tracemalloc.start()
+            try:
+                tracemalloc.reset_peak()
+                sink.precommit(txn)
+                pre_peak = tracemalloc.get_traced_memory()[1]
+                manifest_path = os.path.join(sink.layout.staging(txn.epoch, txn.attempt),
+                                             MANIFEST_NAME)
+                manifest_bytes = os.path.getsize(manifest_path)
+                tracemalloc.reset_peak()
+                sink.commit(txn)
+                commit_peak = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+            decision = sink.layout.record(txn.epoch, txn.attempt, "decision")
+            res = MemResult(n, sum(file_size(i) for i in range(n)), manifest_bytes,
+                            os.path.getsize(decision), os.path.getsize(sink.layout.marker(EPOCH)),
+                            pre_peak, commit_peak)
+        finally:
+            shutil.rmtree(base)
+        log(f"  memory n={n:>6}: commit peak {fmt_bytes(res.commit_peak)}, decision "
+            f"{fmt_bytes(res.decision_bytes)}")
+        results.append(res)
+    return results
+
+
+# ------------------------------------------------------------------ reporting
+def load_average() -> str:
+    with contextlib.suppress(OSError, AttributeError):
+        return " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    return "unknown"
+
+
+def machine_info(workdir: str) -> dict[str, str]:
+    """What a reader needs to judge the numbers."""
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as fh:
+        for line in fh:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem = ""
+    with contextlib.suppress(OSError, ValueError), open("/proc/meminfo") as fh:
+        kib = int(fh.readline().split()[1])
+        mem = f"{kib / 1024**2:.1f} GiB"
+    fs = "unknown"
+    with contextlib.suppress(OSError), open("/proc/mounts") as fh:
+        best = ""
+        real = os.path.realpath(workdir)
+        for line in fh:
+            parts = line.split()
+            if len(parts) > 2 and real.startswith(parts[1]) and len(parts[1]) >= len(best):
+                best, fs = parts[1], parts[2]
+    commit = "unknown"
+    with contextlib.suppress(OSError, subprocess.CalledProcessError):
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+    import boto3
+    import moto
+
+    return {
+        "CPU": f"{cpu}, {os.cpu_count()} cores",
+        "Memory": mem or "unknown",
+        "OS": f"{platform.system()} {platform.release()}",
+        "File system (work dir)": fs,
+        "Python": platform.python_version(),
+        "boto3 / moto": f"{boto3.__version__} / {moto.__version__}",
+        "airflow-tpc commit": commit,
+        "Load average (1/5/15 min) at start": load_average(),
+        "Date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "|".join("---:" if i else "---" for i in range(len(header))) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def render(args: argparse.Namespace, info: dict[str, str], local: list[LocalResult],
+           profile: list[tuple[str, int, float, float]], profile_n: int, s3: list[S3Result],
+           mem: list[MemResult], elapsed: float) -> str:
+    """The markdown report."""
+    command = ".venv/bin/python bench/bench_core.py" + (" --quick" if args.quick else "")
+    out = ["# Benchmarks of the transaction core", "",
+           "Generated by `bench/bench_core.py`; do not edit by hand, run it again "
+           "(see `bench/README.md`).", "",
+           f"Command: `{command}` ({'quick' if args.quick else 'full'} mode, "
+           f"{elapsed:.0f} s wall).", "",
+           "| Machine | |", "|---|---|"]
+    out += [f"| {k} | {v} |" for k, v in info.items()]
+    loads = [float(v.split(" / ")[0]) for k, v in info.items()
+             if k.startswith("Load average") and v != "unknown"]
+    if loads and max(loads) > (os.cpu_count() or 1):
+        out += ["", f"**Note:** the machine was busy with other work during this run (1-minute "
+                f"load average up to {max(loads):.1f} on {os.cpu_count()} cores): absolute "
+                "times are inflated and noisy; the ratios, taken from interleaved "
+                "repetitions, are the more reliable figures."]
+    out += ["", "Every figure is a median over the repetitions of one run, and every ratio "
+            "divides two medians of the same run. Staged files are small (1-4 KiB, "
+            "deterministic sizes). Staged data is written without fsync (as Spark's writers) "
+            "and flushed with `sync` before anything is timed, so no timed fsync pays for "
+            "it. Nothing here is asserted: these are measurements, not tests.", ""]
+
+    if local:
+        out += ["## 1. Local disk: commit of one epoch vs FileOutputCommitter v1", "",
+                "- **v1 renames**: Spark's FileOutputCommitter v1 job commit — list "
+                "`_temporary/0/task_*` and `os.rename` each file into the output directory "
+                f"(files spread over {V1_TASK_DIRS} task folders; a real job has one folder per "
+                "task, and listing and removing more of them would only slow the baseline). "
+                "This is the baseline of every ratio.",
+                "- **v1 incl. cleanup**: the same plus removing `_temporary` and writing "
+                "`_SUCCESS` (what commitJob also does); shown, not used in ratios.",
+                "- **tpc precommit**: `sink.precommit(txn)` — list staging, sha256 every file, "
+                "write the manifest (same for both verify modes).",
+                "- **tpc commit**: `sink.commit(txn)` alone (begin, staging and precommit done): "
+                "re-list and verify staging (`verify=\"size\"`: sizes; `\"checksum\"`: also "
+                "re-hash every file), write the decision record (the commit point, fsynced), "
+                "promote by one directory rename, write the published record.",
+                "- **ratio** = v1 renames / tpc commit: above 1x the tpc commit is faster.",
+                ""]
+        rows = []
+        for r in local:
+            rows.append([f"{r.n:,}", str(r.reps), fmt_s(median(r.v1_rename)),
+                         fmt_s(median(r.v1_total)),
+                         fmt_s(median(r.precommit["size"] + r.precommit["checksum"])),
+                         fmt_s(median(r.commit["size"])),
+                         fmt_ratio(median(r.v1_rename), median(r.commit["size"])),
+                         fmt_s(median(r.commit["checksum"])),
+                         fmt_ratio(median(r.v1_rename), median(r.commit["checksum"])),
+                         fmt_ratio(median(r.commit["checksum"]), median(r.commit["size"]))])
+        out += [table(["files", "reps", "v1 renames", "v1 incl. cleanup", "tpc precommit",
+                       "tpc commit (size)", "ratio v1/tpc (size)", "tpc commit (checksum)",
+                       "ratio v1/tpc (checksum)", "checksum/size"], rows), ""]
+        out += ["Per-file cost (median commit time / files):", ""]
+        rows = [[f"{r.n:,}", f"{median(r.v1_rename) / r.n * 1e6:,.1f} µs",
+                 f"{median(r.commit['size']) / r.n * 1e6:,.1f} µs",
+                 f"{median(r.commit['checksum']) / r.n * 1e6:,.1f} µs"] for r in local]
+        out += [table(["files", "v1 renames", "tpc commit (size)", "tpc commit (checksum)"],
+                      rows), ""]
+        out += ["Spread (min – max over the repetitions):", ""]
+        rows = [[f"{r.n:,}", spread(r.v1_rename), spread(r.commit["size"]),
+                 spread(r.commit["checksum"])] for r in local]
+        out += [table(["files", "v1 renames", "tpc commit (size)", "tpc commit (checksum)"],
+                      rows), ""]
+    if profile:
+        total = sum(p[2] for p in profile)
+        out += [f"### Where a local commit spends its time ({profile_n:,} files, "
+                "verify=\"size\")", "",
+                "cProfile of one `commit()`, top functions by own time (the profiler inflates "
+                "times; compare shares, not values).", ""]
+        rows = [[f"`{label}`", f"{calls:,}", f"{own * 1000:,.0f} ms",
+                 f"{cum * 1000:,.0f} ms"] for label, calls, own, cum in profile]
+        out += [table(["function", "calls", "own time", "cumulative"], rows), "",
+                f"(These {len(profile)} functions: {total * 1000:,.0f} ms of own time.)", ""]
+
+    if s3:
+        out += ["## 2. S3 (moto server): promotion of one epoch, parallel vs sequential copies",
+                "",
+                "moto's server runs as a separate process on 127.0.0.1 (real HTTP; no network, "
+                "no real S3 latency: on AWS each copy takes tens of ms, so parallelism matters "
+                "more there). Files are staged with `put_object`, then `sink.precommit(txn)` "
+                "(listing; the ETag is the checksum) and `sink.commit(txn)` are timed; "
+                "`verify=\"checksum\"` (the default; ETags come with the listing). "
+                "**copies** is the time inside `storage.copy_many` alone (server-side "
+                "`CopyObject` per file); the rest of commit is listings, the decision "
+                "record, the marker's compare-and-swap and deleting the staged objects.", ""]
+        rows = []
+        for r in s3:
+            w1, wn = min(r.commit), max(r.commit)
+            rows.append([f"{r.n:,}", str(r.reps),
+                         fmt_s(median(r.precommit[w1] + r.precommit[wn])),
+                         fmt_s(median(r.commit[w1])), fmt_s(median(r.copies[w1])),
+                         fmt_s(median(r.commit[wn])), fmt_s(median(r.copies[wn])),
+                         fmt_ratio(median(r.commit[w1]), median(r.commit[wn])),
+                         fmt_ratio(median(r.copies[w1]), median(r.copies[wn]))])
+        w1, wn = min(s3[0].commit), max(s3[0].commit)
+        out += [table(["files", "reps", "precommit", f"commit, copy_workers={w1}",
+                       "of which copies", f"commit, copy_workers={wn}", "of which copies",
+                       f"ratio commit {w1}/{wn}", f"ratio copies {w1}/{wn}"], rows), ""]
+        out += ["Spread (min – max):", ""]
+        rows = [[f"{r.n:,}", spread(r.commit[w1]), spread(r.commit[wn])] for r in s3]
+        out += [table(["files", f"commit, copy_workers={w1}", f"commit, copy_workers={wn}"],
+                      rows), ""]
+
+    if mem:
+        out += ["## 3. Memory and record sizes vs files (local store, verify=\"size\")", "",
+                "tracemalloc peak of the Python heap during one `precommit()` and one "
+                "`commit()` (allocations by Python code only; the peak is above what was "
+                "already allocated when the call began). The decision record embeds the "
+                "whole manifest (it is the commit point and must be self-sufficient), and the "
+                "published marker lists every file again for readers.", ""]
+        rows = []
+        for m in mem:
+            rows.append([f"{m.n:,}", fmt_bytes(m.staged_bytes), fmt_bytes(m.manifest_bytes),
+                         f"{m.manifest_bytes / m.n:,.0f} B", fmt_bytes(m.decision_bytes),
+                         f"{m.decision_bytes / m.n:,.0f} B", fmt_bytes(m.marker_bytes),
+                         fmt_bytes(m.precommit_peak), fmt_bytes(m.commit_peak),
+                         f"{m.commit_peak / m.n / 1024:,.2f} KiB"])
+        out += [table(["files", "data staged", "manifest", "manifest / file",
+                       "decision record", "decision / file", "published marker",
+                       "precommit peak", "commit peak", "commit peak / file"], rows), ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+# ----------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer repetitions, no 100,000-file case (~1-2 min on 2 cores)")
+    parser.add_argument("--output", default=str(DEFAULT_OUTPUT),
+                        help="markdown file to write (default: docs/benchmarks.md); '-' for none")
+    parser.add_argument("--workdir", default=None,
+                        help="where to stage files (default: a temp dir, removed at the end)")
+    parser.add_argument("--only", choices=["local", "s3", "memory"], action="append",
+                        help="run only these benchmarks (repeatable)")
+    args = parser.parse_args(argv)
+    only = set(args.only or ["local", "s3", "memory"])
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    local_sizes = [100, 1_000, 10_000] + ([] if args.quick else [100_000])
+    s3_sizes = [100, 1_000]
+    reps = 3 if args.quick else 5
+
+    def local_reps(n: int) -> int:
+        return 3 if n >= 100_000 else reps
+
+    started = time.perf_counter()
+    workdir = tempfile.mkdtemp(prefix="tpc-bench-", dir=args.workdir)
+    try:
+        info = machine_info(workdir)
+        local: list[LocalResult] = []
+        profile: list[tuple[str, int, float, float]] = []
+        profile_n = 10_000
+        s3: list[S3Result] = []
+        mem: list[MemResult] = []
+        if "local" in only:
+            log("1. local commit vs FileOutputCommitter v1")
+            local = bench_local(workdir, local_sizes, local_reps, log)
+            profile = profile_local_commit(workdir, profile_n)
+            log(f"   ({time.perf_counter() - started:.0f} s so far)")
+        if "s3" in only:
+            log("2. S3 (moto server) parallel vs sequential promotion")
+            with moto_server() as endpoint:
+                s3 = bench_s3(endpoint, s3_sizes, reps, [1, 16], log)
+            log(f"   ({time.perf_counter() - started:.0f} s so far)")
+        if "memory" in only:
+            log("3. memory and record sizes")
+            mem = bench_memory(workdir, local_sizes, log)
+            log(f"   ({time.perf_counter() - started:.0f} s so far)")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    info["Load average (1/5/15 min) at end"] = load_average()
+    report = render(args, info, local, profile, profile_n, s3, mem,
+                    time.perf_counter() - started)
+    print(report)
+    if args.output != "-":
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(report)
+        log(f"written to {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
