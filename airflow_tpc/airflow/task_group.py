@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import Asset, TaskGroup
 
 from airflow_tpc import SinkConfig
@@ -42,9 +43,11 @@ def exactly_once_spark_group(
     """Build the task group of one exactly-once Spark write.
 
     Tasks (ids inside the group): ``submit`` (begin + spark-submit), ``wait_precommit``,
-    optionally ``approve`` (a human picks Commit or Abort in the UI), ``commit`` (emits
-    the target's Asset event) and ``abort`` (runs when any of the others fails or is
-    marked failed).  ``spark_kwargs`` go to SparkSubmitOperator (``application_args``,
+    optionally ``approve`` (a human picks Commit or Abort in the UI; Abort runs
+    ``abort_rejected``), ``commit`` (emits the target's Asset event), ``abort`` (runs
+    when any of the others fails or is marked failed) and ``committed``, the group's
+    leaf, which succeeds only when the epoch was committed (so the run fails after an
+    abort, and ``group >> next_task`` continues on committed data only).  ``spark_kwargs`` go to SparkSubmitOperator (``application_args``,
     ``conf``, ``py_files``, ``retries`` ...).
 
     :param epoch: templated; default: the run's data interval start, so scheduled runs,
@@ -64,6 +67,12 @@ def exactly_once_spark_group(
                                 outlets=outlets if outlets is not None else [target_asset(target)],
                                 **shared)
         abort = AbortOperator(task_id="abort", submit_task_id=submit.task_id, **shared)
+        # The group's single leaf: succeeds only if the epoch was committed, so the DAG run
+        # fails when an abort ran (abort itself succeeds) and `group >> next_task` runs
+        # next_task only on committed data (abort, skipped on success, is not a leaf).
+        committed = EmptyOperator(task_id="committed",
+                                  trigger_rule="none_failed_min_one_success")
+        [commit, abort] >> committed
         submit >> wait
         if approval:
             from airflow.providers.standard.operators.hitl import HITLBranchOperator

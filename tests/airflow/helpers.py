@@ -147,7 +147,7 @@ def read_rows(root: str) -> dict[str, int]:
     """epoch -> sum of the 'events' column as a reader of the published table sees it."""
     import pyarrow.dataset as ds
 
-    if not Path(root).exists():
+    if not published(root):
         return {}
     dataset = ds.dataset(root, format="parquet", partitioning="hive",
                          exclude_invalid_files=True,

@@ -73,7 +73,7 @@ def test_happy_path(happy, sink, target, asset_uri):
     assert dr.state == "success", states(dr)
     st = states(dr)
     assert st["submit"] == st["wait_precommit"] == st["commit"] == "success"
-    assert st["abort"] == "skipped"
+    assert st["abort"] == "skipped" and st["committed"] == "success"
     # Published once, visible to a plain reader, staging cleaned.
     assert read_rows(target) == {"2026-03-02": 2000}
     assert list(published(target)) == ["2026-03-02"]
@@ -191,7 +191,7 @@ def test_sensor_marked_failed_aborts(dag, sink, target):
         stop.set()
         marker.join(10)
     st = states(dr)
-    assert dr.state == "failed"
+    assert dr.state == "failed", st
     assert st["wait_precommit"] == "failed" and st["abort"] == "success", st
     assert st["commit"] == "upstream_failed"
     info = _info(sink, "2026-03-05")
