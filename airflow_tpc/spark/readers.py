@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..errors import TpcError
@@ -115,12 +115,37 @@ def _read_groups(spark: Any, fmt: str, groups: list[tuple[str, list[str], dict[s
 
 def read_committed(spark: Any, target: str, *, epochs: Iterable[str] | None = None,
                    format: str = "parquet", storage_options: dict[str, Any] | None = None,
-                   options: dict[str, str] | None = None, schema: Any = None) -> Any:
+                   options: dict[str, str] | None = None, schema: Any = None,
+                   distributed: bool | None = None) -> Any:
     """A DataFrame of exactly the committed epochs of ``target``, with an ``epoch`` column.
 
     ``epochs`` restricts to some epochs (those not committed are simply absent).
     ``schema`` is only used to type the empty result when nothing is committed.
+    ``distributed`` (S3): True reads on the executors through the ``tpc`` data
+    source (Parquet; credentials from the executors' environment), False reads
+    on the driver with pyarrow.  Default: distributed for Parquet unless
+    ``storage_options`` carries credentials (those must not reach the query plan).
     """
+    remote = target.startswith(("s3://", "s3a://"))
+    secrets = sorted(set(storage_options or {}) - {"endpoint_url", "region_name"})
+    if distributed is None:
+        distributed = remote and format == "parquet" and not secrets
+    if distributed:
+        if format != "parquet":
+            raise TpcError("the distributed read-committed reader reads Parquet only")
+        if secrets:
+            raise TpcError(f"storage options {secrets} cannot go to executors (they would show "
+                           "in the query plan); give executors credentials by environment")
+        from .datasource import register_data_source
+
+        register_data_source(spark)
+        reader = spark.read.format("tpc").option("target", target)
+        if epochs is not None:
+            reader = reader.option("epochs", ",".join(str(e) for e in epochs))
+        for key in ("endpoint_url", "region_name"):
+            if (storage_options or {}).get(key):
+                reader = reader.option(key, storage_options[key])
+        return reader.load()
     sink = _sink(target, storage_options)
     committed = sink.committed_files(epochs)
     groups = []
@@ -171,3 +196,102 @@ def read_uncommitted(spark: Any, target: str, *, epochs: Iterable[str] | None = 
                                      "tpc_state": str(info.state)}))
     return _read_groups(spark, format, groups, target, sink, storage_options, options or {},
                         None)
+
+
+# --------------------------------------------------------------------------
+# Distributed read-committed for stores Spark cannot read (S3 without s3a):
+# the ``tpc`` data source's reader.  The driver lists the committed files (from
+# the published markers) and reads their Parquet footers; executors read the
+# files through fsspec and add the partition and ``epoch`` columns.
+
+
+def _unescape(value: str) -> str | None:
+    from urllib.parse import unquote
+
+    from .context import HIVE_NULL
+
+    return None if value == HIVE_NULL else unquote(value)
+
+
+def _partition_values(uri: str, base: str) -> list[tuple[str, str | None]]:
+    rel = uri[len(base):].strip("/").split("/")[:-1]
+    out = []
+    for part in rel:
+        name, eq, value = part.partition("=")
+        if eq:
+            out.append((name, _unescape(value)))
+    return out
+
+
+def committed_parts(target: str, epochs: Iterable[str] | None,
+                    storage_options: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+    """(epoch, partition base, file URI) of every committed file, oldest epoch first."""
+    sink = _sink(target, storage_options)
+    out = []
+    for epoch, uris in sink.committed_files(epochs).items():
+        for base, files in _group(uris, sink.output_uri(epoch)).items():
+            out += [(epoch, base, uri) for uri in sorted(files)]
+    return out
+
+
+def _fsspec_opts(storage_options: dict[str, Any] | None) -> dict[str, Any]:
+    so = {**_credentials_from_env(), **(storage_options or {})}
+    opts: dict[str, Any] = {k: so[k] for k in ("key", "secret", "token", "endpoint_url")
+                            if so.get(k)}
+    if so.get("region_name"):
+        opts["client_kwargs"] = {"region_name": so["region_name"]}
+    return opts
+
+
+def arrow_schema_of(parts: list[tuple[str, str, str]],
+                    storage_options: dict[str, Any] | None) -> Any:
+    """Unified schema of the files' footers + string partition columns + ``epoch``."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import fsspec
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    opts = _fsspec_opts(storage_options)
+
+    def footer(uri: str) -> Any:
+        fs, path = fsspec.core.url_to_fs(uri, **opts)
+        with fs.open(path, "rb") as fh:
+            return pq.read_schema(fh)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(parts)))) as pool:
+        schemas = list(pool.map(footer, [uri for _, _, uri in parts]))
+    schema = pa.unify_schemas(schemas) if schemas else pa.schema([])
+    names = set(schema.names)
+    for _, base, uri in parts:
+        for col, _ in _partition_values(uri, base):
+            if col not in names:
+                schema = schema.append(pa.field(col, pa.string()))
+                names.add(col)
+    if "epoch" not in names:
+        schema = schema.append(pa.field("epoch", pa.string(), nullable=False))
+    return schema
+
+
+def read_part(part: tuple[str, str, str], arrow_schema: Any,
+              storage_options: dict[str, Any] | None) -> Iterator[Any]:
+    """Record batches of one committed file, shaped to ``arrow_schema``."""
+    import fsspec
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    epoch, base, uri = part
+    fs, path = fsspec.core.url_to_fs(uri, **_fsspec_opts(storage_options))
+    with fs.open(path, "rb") as fh:
+        table = pq.read_table(fh)
+    constants = dict(_partition_values(uri, base))
+    constants["epoch"] = epoch
+    columns = []
+    for f in arrow_schema:
+        if f.name in table.column_names:
+            columns.append(table[f.name].cast(f.type))
+        elif f.name in constants:
+            columns.append(pa.array([constants[f.name]] * table.num_rows, f.type))
+        else:  # a column later epochs added: null here
+            columns.append(pa.nulls(table.num_rows, f.type))
+    yield from pa.Table.from_arrays(columns, schema=arrow_schema).to_batches()

@@ -49,7 +49,8 @@ def test_datasource_writes_seals_and_commits(spark, target):
 
     manifest = sink.read_manifest(txn.txn)  # written by commit() in a Python worker
     assert manifest is not None and manifest.total_rows == 600
-    assert all(f.checksum.startswith("md5:") and f.path.startswith("country=")
+    algo = "md5:" if options else "sha256:"  # md5 = the ETag of a single-part S3 object
+    assert all(f.checksum.startswith(algo) and f.path.startswith("country=")
                for f in manifest.files)
     names = [f.path.rsplit("/", 1)[-1] for f in manifest.files]
     assert all(n.startswith(("part-00000-a0-", "part-00001-a0-")) for n in names)
@@ -58,9 +59,17 @@ def test_datasource_writes_seals_and_commits(spark, target):
 
     result = sink.commit(txn.txn, expected_digest=manifest.digest)
     assert result.outcome == "committed"
+    expected = [(i, i % 3, 2 * i, "2026-11-20") for i in range(600)]
     df = read_committed(spark, uri, storage_options=options)
-    assert rows_of(df, "id", "country", "value", "epoch") == [
-        (i, i % 3, 2 * i, "2026-11-20") for i in range(600)]
+    assert rows_of(df, "id", "country", "value", "epoch") == expected
+    if options:
+        # distributed: executors read through the tpc source, keys from their env
+        public = {k: options[k] for k in ("endpoint_url", "region_name")}
+        df = read_committed(spark, uri, storage_options=public)
+        assert df.rdd.getNumPartitions() == manifest.total_files
+        got = rows_of(df, "id", "country", "value", "epoch")
+        assert got == [(i, str(c), v, e) for i, c, v, e in expected]  # partitions: strings
+        assert read_committed(spark, uri, storage_options=public, epochs=["x"]).count() == 0
 
 
 def test_retried_task_attempt_leaves_nothing_in_the_manifest(spark, target, tmp_path):
@@ -174,3 +183,27 @@ def test_two_writes_into_one_transaction_then_one_precommit(spark, tmp_path):
     sink.commit(txn.txn)
     ids = sorted(r.id for r in read_committed(spark, sink.target).collect())
     assert ids == list(range(15)) + list(range(20, 30))
+
+
+def test_a_fenced_attempt_cannot_seal_through_the_data_source(spark, tmp_path):
+    """A zombie job (its Airflow task was retried) writes, but its seal is refused."""
+    sink = Sink(str(tmp_path / "t"), "ns")
+    zombie = job_for(spark, sink, "1")
+    live = job_for(spark, sink, "1")
+    with pytest.raises(Exception, match="FencedError|has begun since"):
+        write_tpc(events(spark, 10), zombie)
+    assert sink.read_manifest(zombie.txn) is None
+    write_tpc(events(spark, 10, offset=100), live)
+    sink.commit(live.txn)
+    assert sorted(r.id for r in read_committed(spark, sink.target).collect()) == list(
+        range(100, 110))
+
+
+def test_overwrite_mode_replaces_what_the_attempt_staged(spark, tmp_path):
+    sink = Sink(str(tmp_path / "t"), "ns")
+    txn = job_for(spark, sink, "1")
+    write_tpc(events(spark, 10), txn, precommit=False)
+    write_tpc(events(spark, 5, offset=50), txn, mode="overwrite")
+    sink.commit(txn.txn)
+    assert sorted(r.id for r in read_committed(spark, sink.target).collect()) == list(
+        range(50, 55))
