@@ -1,15 +1,25 @@
 """Fixtures for the fault-injection suite: moto behind a :class:`FaultProxy`.
 
-moto's server (the session fixture ``moto_endpoint`` of ``tests/conftest.py``) is
-the store; the sink under test talks to it only through the proxy, while the
-test's own checks use a second, direct endpoint so that verifying a state can
-never itself be disturbed by an injected fault.
+moto's server is the store; the sink under test talks to it only through the
+proxy, while the test's own checks use a second, direct endpoint so that
+verifying a state can never itself be disturbed by an injected fault.
+
+moto runs as its own process here (``moto_server``), not the in-process
+threaded server of ``tests/conftest.py``: this suite sends thousands of
+requests, and sharing the GIL with the clients and the proxy made it about
+twice as slow on two cores.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -17,10 +27,10 @@ import pytest
 
 from .proxy import FaultPlan, FaultProxy
 
-#: botocore's ``max_attempts`` for the sink's clients under faults.  Low on
-#: purpose: at a 10% fault rate an SDK call then exhausts its retries about once
-#: per hundred calls, so the suite also exercises verbs failing to the caller.
-MAX_ATTEMPTS = 3
+#: botocore's ``max_attempts`` (retries: 2 attempts per call) for the sink under
+#: faults.  Low on purpose: at a 10% fault rate an SDK call then exhausts its
+#: retries about once per hundred calls, so verbs really fail to the caller.
+MAX_ATTEMPTS = 1
 
 
 @pytest.fixture(autouse=True)
@@ -38,6 +48,37 @@ def fast_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
                         lambda self, context: 0.001)
     monkeypatch.setattr(retryhandler, "delay_exponential",
                         lambda base, growth_factor, attempts: 0.001)
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    """moto's S3 server in a child process on a free 127.0.0.1 port, for this directory."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    exe = Path(sys.executable).with_name("moto_server")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "moto.server"]
+    proc = subprocess.Popen([*cmd, "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("moto_server did not start") from None
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            proc.kill()
+            proc.wait()
 
 
 def _client(endpoint: str) -> Any:

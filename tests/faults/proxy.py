@@ -257,6 +257,9 @@ class FaultProxy:
         self.upstream = (parts.hostname, parts.port)
         self.plan = plan or FaultPlan.none()
         self.seed = seed
+        #: Targeted faults for unit tests: called with (request, op, n-th time this
+        #: request line was seen); a Fault it returns wins over the plan's draw.
+        self.script: Callable[[Request, Op, int], Fault | None] | None = None
         self.stats = Stats()
         self._lock = threading.Lock()
         self._seen: Counter = Counter()
@@ -378,6 +381,11 @@ class FaultProxy:
         digest = hashlib.sha256(f"{self.seed}|{canonical}|{n}".encode()).digest()
         fault, delay = (None, 0.0) if paused else self.plan.draw(
             op, random.Random(int.from_bytes(digest[:8], "big")))
+        scripted = None if paused or self.script is None else self.script(req, op, n)
+        if scripted is Fault.LATENCY:
+            delay = max(delay, self.plan.latency_s[1])
+        elif scripted is not None:
+            fault = scripted
         with self._lock:
             st = self.stats
             st.requests[op] += 1

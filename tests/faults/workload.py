@@ -40,6 +40,11 @@ PROMOTION_CRASHES = ("commit.after_decision", "promote.before_copy", "promote.be
                      "promote.before_cleanup", "commit.before_published")
 
 
+#: Verbs whose success can change what readers see (begin/write/pre-commit cannot;
+#: after their *failures* the view is still checked).
+VIEW_CHANGING = ("commit", "abort", "recover")
+
+
 class NotConverged(AssertionError):
     """A verb kept failing past the retry budget an Airflow task would have."""
 
@@ -134,7 +139,8 @@ class Workload:
                 self.verb_failures[(verb, type(exc).__name__)] += 1
                 self.check_view()
                 continue
-            self.check_view()
+            if verb in VIEW_CHANGING:
+                self.check_view()
             return result
         raise NotConverged(f"{verb} failed {self.max_verb_tries} times in a row")
 
