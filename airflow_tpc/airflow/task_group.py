@@ -47,8 +47,9 @@ def exactly_once_spark_group(
     ``abort_rejected``), ``commit`` (emits the target's Asset event), ``abort`` (runs
     when any of the others fails or is marked failed) and ``committed``, the group's
     leaf, which succeeds only when the epoch was committed (so the run fails after an
-    abort, and ``group >> next_task`` continues on committed data only).  ``spark_kwargs`` go to SparkSubmitOperator (``application_args``,
-    ``conf``, ``py_files``, ``retries`` ...).
+    abort, and ``group >> next_task`` continues on committed data only).
+    ``spark_kwargs`` go to SparkSubmitOperator (``application_args``, ``conf``,
+    ``py_files``, ``retries`` ...).
 
     :param epoch: templated; default: the run's data interval start, so scheduled runs,
         manual reruns and backfills of one interval all write (and replace) one epoch.

@@ -1,0 +1,122 @@
+"""An S3 target (moto's real HTTP server) through the "tpc" data source, and one run on a
+real Spark standalone cluster (client mode) started from pyspark's own launch scripts."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_tpc import Sink, TxnState
+
+from .helpers import asset_events, day, read_rows, states
+
+pytestmark = pytest.mark.timeout(900)
+
+SECRET = "tpc-S3cret-never-logged-42"
+
+
+def test_s3_target_via_tpc_format(dagbag, moto_endpoint, capfd):
+    import boto3
+
+    boto3.client("s3", endpoint_url=moto_endpoint, aws_access_key_id="tpc-key",
+                 aws_secret_access_key=SECRET, region_name="us-east-1").create_bucket(
+        Bucket="tpc-it")
+    os.environ["AIRFLOW_CONN_TPC_S3"] = json.dumps({
+        "conn_type": "generic", "login": "tpc-key", "password": SECRET,
+        "extra": {"endpoint_url": moto_endpoint, "region_name": "us-east-1"}})
+    dag = dagbag.get_dag("tpc_it_s3")
+    dr = dag.test(logical_date=day("2026-04-01"), run_conf={"rows": 1500})
+    assert dr.state == "success", states(dr)
+
+    sink = Sink("s3://tpc-it/tables/daily", "tpc_it_s3",
+                storage_options={"endpoint_url": moto_endpoint, "key": "tpc-key",
+                                 "secret": SECRET, "region_name": "us-east-1"})
+    [info] = sink.describe("2026-04-01")
+    assert info.state is TxnState.COMMITTED and info.published and info.staging_files == 0
+    files = sink.committed_files()["2026-04-01"]
+    assert files and all(f.startswith("s3://tpc-it/tables/daily/epoch=2026-04-01/") for f in files)
+
+    import pyarrow.parquet as pq
+    import s3fs
+
+    fs = s3fs.S3FileSystem(key="tpc-key", secret=SECRET,
+                           client_kwargs={"endpoint_url": moto_endpoint,
+                                          "region_name": "us-east-1"})
+    total = sum(sum(pq.read_table(f.removeprefix("s3://"), filesystem=fs)
+                    .column("events").to_pylist()) for f in files)
+    assert total == 1500
+    assert asset_events("s3://tpc-it/tables/daily")[-1]["txn_id"] == "tpc_it_s3/2026-04-01/1"
+
+    # The secret never reaches logs, XComs, trigger rows or rendered fields.
+    out = capfd.readouterr()
+    assert SECRET not in out.out and SECRET not in out.err
+    from airflow import settings
+    from sqlalchemy import text
+    with settings.Session() as session:
+        for table in ("xcom", "trigger", "rendered_task_instance_fields", "task_state_store"):
+            dump = str(session.execute(text(f"SELECT * FROM {table}")).fetchall())
+            assert SECRET not in dump, table
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(tmp_path_factory):
+    """A standalone master + one worker on 127.0.0.1, via pyspark's bin/spark-class."""
+    import pyspark
+
+    spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
+    port, ui, wui = _free_port(), _free_port(), _free_port()
+    logs = tmp_path_factory.mktemp("spark-cluster")
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(logs / "work"),
+           "PYSPARK_PYTHON": sys.executable}
+    procs = [subprocess.Popen(
+        [str(spark_class), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+         "--port", str(port), "--webui-port", str(ui)], env=env,
+        stdout=open(logs / "master.log", "w"), stderr=subprocess.STDOUT)]  # noqa: SIM115
+    master = f"spark://127.0.0.1:{port}"
+    procs.append(subprocess.Popen(
+        [str(spark_class), "org.apache.spark.deploy.worker.Worker", master, "--host",
+         "127.0.0.1", "--cores", "2", "--memory", "1g", "--webui-port", str(wui)], env=env,
+        stdout=open(logs / "worker.log", "w"), stderr=subprocess.STDOUT))  # noqa: SIM115
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if "Successfully registered with master" in (logs / "worker.log").read_text():
+            break
+        time.sleep(0.5)
+    else:
+        for p in procs:
+            p.terminate()
+        pytest.fail("spark worker did not register: " + (logs / "worker.log").read_text()[-2000:])
+    os.environ["AIRFLOW_CONN_SPARK_CLUSTER"] = json.dumps(
+        {"conn_type": "spark", "host": master, "extra": {"deploy-mode": "client"}})
+    yield master, logs
+    for p in reversed(procs):
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def test_standalone_cluster_client_mode(dagbag, spark_cluster, data_root):
+    master, logs = spark_cluster
+    dag = dagbag.get_dag("tpc_it_cluster")
+    dr = dag.test(logical_date=day("2026-05-01"), run_conf={"rows": 1200})
+    assert dr.state == "success", states(dr)
+    target = os.path.join(data_root, "cluster_target")
+    assert read_rows(target) == {"2026-05-01": 1200}
+    # The application really ran on the cluster (the master saw it register).
+    assert "Registering app tpc-it" in (logs / "master.log").read_text()
