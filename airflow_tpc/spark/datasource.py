@@ -165,6 +165,7 @@ class TpcWriter(DataSourceArrowWriter):
             raise TpcError("every column is a partition column: nothing left to write")
         self.compression = options.get("compression", "snappy")
         self.max_records = int(options.get("max_records_per_file", "0") or 0)
+        self.row_group_bytes = int(options.get("row_group_bytes", str(64 * 1024 * 1024)))
         self.do_precommit = options.get("precommit", "true").lower() == "true"
 
     # -- executors -------------------------------------------------------------
@@ -208,7 +209,16 @@ class TpcWriter(DataSourceArrowWriter):
             entry_rel[subdir] = rel
             return entry
 
+        pending: dict[str, list[Any]] = {}  # subdir -> tables not yet written (one row group)
+
+        def flush(subdir: str) -> None:
+            tables = pending.pop(subdir, [])
+            if tables:
+                open_files[subdir][0].write_table(
+                    tables[0] if len(tables) == 1 else pa.concat_tables(tables))
+
         def close_file(subdir: str) -> None:
+            flush(subdir)
             writer, sink, rows = open_files.pop(subdir)
             writer.close()
             sink.close()
@@ -224,9 +234,14 @@ class TpcWriter(DataSourceArrowWriter):
                         room = (self.max_records - entry[2][0]) if self.max_records \
                             else part.num_rows
                         chunk = part.slice(offset, room)
-                        entry[0].write_table(chunk)
+                        # Spark hands over ~10k-row batches: buffer them into row groups
+                        # of a sensible size rather than one tiny row group per batch.
+                        buffered = pending.setdefault(subdir, [])
+                        buffered.append(chunk)
                         entry[2][0] += chunk.num_rows
                         offset += chunk.num_rows
+                        if sum(t.nbytes for t in buffered) >= self.row_group_bytes:
+                            flush(subdir)
                         if self.max_records and entry[2][0] >= self.max_records:
                             close_file(subdir)
             for subdir in list(open_files):
