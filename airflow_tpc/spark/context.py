@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import TpcError
+from ..errors import FencedError, InvalidState, TpcError
 from ..manifest import Manifest
 from ..sink import Sink
 from ..staging import list_staged
@@ -262,6 +262,27 @@ class JobTransaction:
                 continue  # a torn sidecar only costs a re-hash
         return out
 
+    def check_live(self) -> None:
+        """Fail fast if this attempt can no longer be pre-committed.
+
+        The core would refuse at pre-commit anyway; checking at job start saves
+        the compute of a zombie (e.g. an Airflow retry began a higher attempt
+        while this spark-submit was queued).
+        """
+        sink = self.sink()
+        recorded = sink.transaction(self.epoch, self.attempt)  # InvalidState if unknown
+        if recorded != self.txn:
+            raise InvalidState(f"{self.txn_id}: the payload does not match the ledger's begin "
+                               "record (stale or edited payload)")
+        latest = sink.latest_transaction(self.epoch)
+        if latest is not None and latest.attempt > self.attempt:
+            raise FencedError(f"{self.txn_id}: attempt {latest.attempt} of epoch {self.epoch} "
+                              "has begun since; this job is a zombie and its output would "
+                              "never be published")
+        state = {i.attempt: i.state for i in sink.describe(self.epoch)}.get(self.attempt)
+        if state is not None and state.value in ("COMMITTED", "ABORTED", "EXPIRED"):
+            raise InvalidState(f"{self.txn_id} is already {state.value}; begin a new attempt")
+
     def commit(self, **kwargs: Any) -> Any:
         """Commit from the job itself: for standalone runs (Airflow's commit task does it)."""
         if not self.standalone:
@@ -313,7 +334,8 @@ def read_payload(spark: Any = None) -> tuple[str | None, str]:
 def current_transaction(spark: Any = None, *, standalone_target: str | None = None,
                         epoch: str | None = None, namespace: str | None = None,
                         guarantee: DeliveryGuarantee | str = DeliveryGuarantee.EXACTLY_ONCE,
-                        storage_options: dict[str, Any] | None = None) -> JobTransaction:
+                        storage_options: dict[str, Any] | None = None,
+                        check: bool = True) -> JobTransaction:
     """The transaction this job writes for.
 
     Under Airflow the submit operator passes it (``spark.airflow_tpc.txn`` or
@@ -321,10 +343,14 @@ def current_transaction(spark: Any = None, *, standalone_target: str | None = No
     the job then begins its own transaction (and says so in the log), and must
     call ``txn.precommit()`` and ``txn.commit()`` itself.  A passed transaction
     always wins over the standalone arguments, so the same script runs both ways.
+    ``check`` (default) reads the ledger first, so a job whose attempt is already
+    fenced or decided fails at once instead of after computing its output.
     """
     payload, where = read_payload(spark)
     if payload:
         job = JobTransaction.from_payload(payload, where=where)
+        if check:
+            job.check_live()
         if standalone_target is not None:
             log.info("standalone_target ignored: the transaction came from %s", where)
         log.info("writing for %s (guarantee %s) from %s; output %s", job.txn_id,

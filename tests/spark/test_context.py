@@ -141,3 +141,28 @@ def test_staging_root_elsewhere_is_followed(tmp_path):
     (tmp_path / "stage" / "epoch=1" / "attempt=000001" / "a.txt").write_text("x")
     manifest = job.precommit()
     assert [f.path for f in manifest.files] == ["a.txt"]
+
+
+def test_a_fenced_or_decided_attempt_fails_at_job_start(sink):
+    from airflow_tpc import FencedError, InvalidState
+
+    old = sink.begin("1")
+    sink.begin("1")
+    with pytest.raises(FencedError, match="zombie"):
+        current_transaction(FakeSpark({CONF_KEY: build_payload(old)}))
+    job = current_transaction(FakeSpark({CONF_KEY: build_payload(old)}), check=False)
+    assert job.txn == old  # opt-out: the core still refuses at pre-commit
+    other = sink.begin("2")
+    sink.abort(other, "no")
+    with pytest.raises(InvalidState, match="ABORTED"):
+        current_transaction(FakeSpark({CONF_KEY: build_payload(other)}))
+    forged = {**old.to_dict(), "started_at": 1.0}
+    with pytest.raises(InvalidState, match="does not match"):
+        current_transaction(FakeSpark({CONF_KEY: json.dumps(forged)}))
+
+
+def test_the_tpc_reader_refuses_credentials_in_its_options(tmp_path):
+    from airflow_tpc.spark.datasource import TpcDataSource
+
+    with pytest.raises(TpcError, match="query plan"):
+        TpcDataSource({"target": "s3://b/t", "secret": "x"}).schema()
