@@ -146,10 +146,14 @@ class JobTransaction:
 
     @property
     def output_uri(self) -> str:
-        """Where the job writes: staging for EXACTLY_ONCE, the epoch's output otherwise."""
-        if self.transactional:
-            return self.txn.staging_uri
-        return self.sink().output_uri(self.epoch)
+        """Where the job writes: staging for EXACTLY_ONCE, the epoch's output otherwise.
+
+        S3 locations are spelled ``s3a://`` — the scheme Spark's native writers need
+        (with hadoop-aws on the cluster); fsspec, and so the ``tpc`` data source,
+        reads it as ``s3://``.
+        """
+        uri = self.txn.staging_uri if self.transactional else self.sink().output_uri(self.epoch)
+        return "s3a://" + uri[len("s3://"):] if uri.startswith("s3://") else uri
 
     def storage_options(self) -> dict[str, Any]:
         """Options for fsspec/the core on this process: public ones + env credentials."""

@@ -166,3 +166,12 @@ def test_the_tpc_reader_refuses_credentials_in_its_options(tmp_path):
 
     with pytest.raises(TpcError, match="query plan"):
         TpcDataSource({"target": "s3://b/t", "secret": "x"}).schema()
+
+
+def test_s3_output_uri_is_spelled_for_spark(sink):
+    txn = sink.begin("1")
+    s3txn = type(txn)(**{**txn.to_dict(), "target": "s3://b/t",
+                         "staging_uri": "s3://b/t/_tpc/staging/epoch=1/attempt=000001"})
+    job = JobTransaction.from_payload(build_payload(s3txn))
+    assert job.output_uri == "s3a://b/t/_tpc/staging/epoch=1/attempt=000001"
+    assert job.staging_uri == s3txn.staging_uri
