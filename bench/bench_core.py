@@ -30,6 +30,7 @@ import os
 import platform
 import pstats
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -46,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_tpc import Sink, SinkConfig, Transaction
+from airflow_tpc.ledger import PUBLISHED_MARKER
 from airflow_tpc.manifest import MANIFEST_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,51 +103,67 @@ def spread(values: list[float]) -> str:
     return f"{fmt_s(min(values))} – {fmt_s(max(values))}" if values else ""
 
 
-def write_local_files(directory: str, n: int, *, task_dirs: int = 0) -> None:
-    """What Spark tasks leave behind: ``n`` small files (no fsync, as Spark's writers).
-
-    With ``task_dirs``, files are spread round-robin over that many task folders.
-    """
-    folders = [os.path.join(directory, f"task_{t:04d}") for t in range(task_dirs)] or [directory]
-    for folder in folders:
-        os.makedirs(folder, exist_ok=True)
+def write_local_files(directory: str, n: int) -> None:
+    """What Spark tasks leave behind: ``n`` small files (no fsync, as Spark's writers)."""
+    os.makedirs(directory, exist_ok=True)
     for i in range(n):
-        with open(os.path.join(folders[i % len(folders)], file_name(i)), "wb") as fh:
+        with open(os.path.join(directory, file_name(i)), "wb") as fh:
             fh.write(_BLOCK[: file_size(i)])
 
 
 def flush_page_cache_writes() -> None:
-    """Write back dirty pages so no timed fsync pays for the staging writes."""
+    """Write back dirty pages so no timed fsync pays for earlier writes."""
     if hasattr(os, "sync"):
         os.sync()
 
 
+class FilePool:
+    """``n`` data files written once, then moved from run to run.
+
+    Each run receives the whole folder with one directory rename and hands it
+    back the same way, so the files are created once per size instead of once
+    per run (creating 100,000 files costs far more than any commit measured
+    here), and every run sees them equally warm in the page and dentry caches.
+    """
+
+    def __init__(self, base: str, n: int) -> None:
+        self.n = n
+        self.path = os.path.join(base, "pool")
+        write_local_files(self.path, n)
+
+    def move_to(self, dest: str) -> None:
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        os.rename(self.path, dest)
+
+    def take_back(self, src: str, extra: tuple[str, ...] = ()) -> None:
+        """Recover the files from ``src``, dropping the bookkeeping files ``extra``."""
+        for name in extra:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(src, name))
+        os.rename(src, self.path)
+        left = len(os.listdir(self.path))
+        if left != self.n:
+            raise RuntimeError(f"file pool holds {left} files, expected {self.n}")
+
+
 # ----------------------------------------------------- 1. local vs FileOutputCommitter v1
-V1_TASK_DIRS = 16
+def run_v1(pool: FilePool, base: str) -> tuple[float, float]:
+    """FileOutputCommitter v1 ``commitJob`` on the pool's files.
 
-
-def stage_v1(base: str, n: int) -> str:
-    """The state before a v1 job commit: committed task outputs in ``_temporary/0/task_*``.
-
-    16 task folders, not one per file: a real job's extra per-task listings and
-    folder removals are left out, which favours the baseline.
+    The files sit in a committed task folder ``_temporary/0/task_0000``; the job
+    commit lists it and renames each file into the output folder (``mergePaths``:
+    the output exists, so file by file), then removes ``_temporary`` and writes
+    ``_SUCCESS``. Returns (seconds for listing + per-file renames, seconds
+    including the clean-up and ``_SUCCESS``).
     """
     out = os.path.join(base, "v1_output")
-    write_local_files(os.path.join(out, "_temporary", "0"), n, task_dirs=V1_TASK_DIRS)
-    return out
-
-
-def v1_job_commit(out: str) -> tuple[float, float]:
-    """FileOutputCommitter v1 ``commitJob``: merge each committed task dir, then clean.
-
-    Returns (seconds for listing + per-file renames, seconds including the
-    ``_temporary`` removal and the ``_SUCCESS`` marker).
-    """
-    start = time.perf_counter()
     job_dir = os.path.join(out, "_temporary", "0")
+    pool.move_to(os.path.join(job_dir, "task_0000"))
+    flush_page_cache_writes()
+    start = time.perf_counter()
     with os.scandir(job_dir) as tasks:
         task_dirs = [t.path for t in tasks if t.is_dir()]
-    for task_dir in task_dirs:  # mergePaths(task dir, out): out exists -> per child
+    for task_dir in task_dirs:
         with os.scandir(task_dir) as files:
             for f in files:
                 os.rename(f.path, os.path.join(out, f.name))
@@ -153,16 +171,39 @@ def v1_job_commit(out: str) -> tuple[float, float]:
     shutil.rmtree(os.path.join(out, "_temporary"))
     with open(os.path.join(out, "_SUCCESS"), "wb"):
         pass
-    return renamed - start, time.perf_counter() - start
+    total = time.perf_counter() - start
+    pool.take_back(out, ("_SUCCESS",))
+    return renamed - start, total
 
 
-def stage_tpc(base: str, n: int, verify: str) -> tuple[Sink, Transaction]:
-    """begin() and the Spark job's writes into the attempt's staging."""
+@contextlib.contextmanager
+def tpc_staged(pool: FilePool, base: str, verify: str) -> Iterator[tuple[Sink, Transaction]]:
+    """A new sink, ``begin()`` done and the pool's files in the attempt's staging.
+
+    On exit the published files go back to the pool.
+    """
     sink = Sink(os.path.join(base, f"tpc_{verify}"), NAMESPACE,
                 config=SinkConfig(verify=verify, copy_workers=16))
     txn = sink.begin(EPOCH)
-    write_local_files(sink.layout.staging(txn.epoch, txn.attempt), n)
-    return sink, txn
+    pool.move_to(sink.layout.staging(txn.epoch, txn.attempt))
+    flush_page_cache_writes()
+    yield sink, txn
+    published = sink.layout.published_dir(EPOCH)
+    if os.path.isdir(published):
+        pool.take_back(published, (MANIFEST_NAME, PUBLISHED_MARKER))
+    else:  # not committed (an error above): the files are still in staging
+        pool.take_back(sink.layout.staging(txn.epoch, txn.attempt), (MANIFEST_NAME,))
+
+
+def run_tpc(pool: FilePool, base: str, verify: str) -> tuple[float, float]:
+    """Seconds of ``precommit()`` and of ``commit()`` alone, for one epoch."""
+    with tpc_staged(pool, base, verify) as (sink, txn):
+        t_pre, _ = timed(lambda: sink.precommit(txn))
+        flush_page_cache_writes()  # precommit's reads may have dirtied atimes
+        t_commit, result = timed(lambda: sink.commit(txn))
+        if result.outcome != "committed":
+            raise RuntimeError(f"commit outcome {result.outcome}")
+    return t_pre, t_commit
 
 
 @dataclass
@@ -175,65 +216,56 @@ class LocalResult:
     commit: dict[str, list[float]] = field(default_factory=dict)
 
 
-def bench_local(workdir: str, sizes: list[int], reps_for: Callable[[int], int],
-                log: Callable[[str], None]) -> list[LocalResult]:
+def bench_local(pool: FilePool, workdir: str, reps: int,
+                log: Callable[[str], None]) -> LocalResult:
     """Benchmark 1: one epoch's commit on a local disk, tpc vs v1 renames."""
-    results = []
+    n = pool.n
+    res = LocalResult(n, reps, precommit={"size": [], "checksum": []},
+                      commit={"size": [], "checksum": []})
     variants = ["v1", "size", "checksum"]
-    for n in sizes:
-        res = LocalResult(n, reps_for(n))
-        res.precommit = {"size": [], "checksum": []}
-        res.commit = {"size": [], "checksum": []}
-        for rep in range(res.reps):
-            base = tempfile.mkdtemp(prefix=f"local-{n}-{rep}-", dir=workdir)
-            v1_out = stage_v1(base, n)
-            staged = {v: stage_tpc(base, n, v) for v in ("size", "checksum")}
-            flush_page_cache_writes()
-            order = variants[rep % 3:] + variants[:rep % 3]  # rotate who goes first
-            for variant in order:
-                if variant == "v1":
-                    renames, total = v1_job_commit(v1_out)
-                    res.v1_rename.append(renames)
-                    res.v1_total.append(total)
-                    continue
-                sink, txn = staged[variant]
-                t_pre, _ = timed(lambda s=sink, t=txn: s.precommit(t))
-                flush_page_cache_writes()
-                t_commit, result = timed(lambda s=sink, t=txn: s.commit(t))
-                assert result.outcome == "committed", result.outcome
+    for rep in range(reps):
+        order = variants[rep % 3:] + variants[:rep % 3]  # rotate who goes first
+        for variant in order:
+            base = tempfile.mkdtemp(prefix=f"local-{n}-{rep}-{variant}-", dir=workdir)
+            if variant == "v1":
+                renames, total = run_v1(pool, base)
+                res.v1_rename.append(renames)
+                res.v1_total.append(total)
+            else:
+                t_pre, t_commit = run_tpc(pool, base, variant)
                 res.precommit[variant].append(t_pre)
                 res.commit[variant].append(t_commit)
             shutil.rmtree(base)
-            log(f"  local n={n:>6} rep {rep + 1}/{res.reps}: v1 {fmt_s(res.v1_rename[-1])}, "
-                f"tpc size {fmt_s(res.commit['size'][-1])}, "
-                f"checksum {fmt_s(res.commit['checksum'][-1])}")
-        results.append(res)
-    return results
+        log(f"  local n={n:>6} rep {rep + 1}/{reps}: v1 {fmt_s(res.v1_rename[-1])}, "
+            f"tpc size {fmt_s(res.commit['size'][-1])}, "
+            f"checksum {fmt_s(res.commit['checksum'][-1])}")
+    return res
 
 
-def profile_local_commit(workdir: str, n: int, top: int = 10) -> list[tuple[str, int, float,
-                                                                             float]]:
+ProfileRow = tuple[str, int, float, float]
+
+
+def profile_local_commit(pool: FilePool, workdir: str, top: int = 10) -> list[ProfileRow]:
     """cProfile of one local commit (verify="size"): top functions by own time.
 
     Returns (function, calls, own seconds, cumulative seconds); times are inflated
     by the profiler, so only their shares matter.
     """
-    base = tempfile.mkdtemp(prefix=f"profile-{n}-", dir=workdir)
-    try:
-        sink, txn = stage_tpc(base, n, "size")
+    base = tempfile.mkdtemp(prefix="profile-", dir=workdir)
+    prof = cProfile.Profile()
+    with tpc_staged(pool, base, "size") as (sink, txn):
         sink.precommit(txn)
         flush_page_cache_writes()
-        prof = cProfile.Profile()
         prof.enable()
         sink.commit(txn)
         prof.disable()
-    finally:
-        shutil.rmtree(base)
+    shutil.rmtree(base)
     stats = pstats.Stats(prof, stream=io.StringIO())
     rows = []
-    for (filename, line, func), (_cc, ncalls, tottime, cumtime, _) in stats.stats.items():  # type: ignore[attr-defined]
+    for (filename, line, func), (_cc, ncalls, tottime, cumtime, _) in \
+            stats.stats.items():  # type: ignore[attr-defined]
         where = filename
-        if str(ROOT) in filename:
+        if filename.startswith(str(ROOT)):
             where = os.path.relpath(filename, ROOT)
         elif "site-packages" in filename or "/lib/python" in filename:
             where = "stdlib/" + os.path.basename(filename)
@@ -370,37 +402,30 @@ class MemResult:
     commit_peak: int
 
 
-def bench_memory(workdir: str, sizes: list[int], log: Callable[[str], None]) -> list[MemResult]:
+def bench_memory(pool: FilePool, workdir: str, log: Callable[[str], None]) -> MemResult:
     """Benchmark 3: tracemalloc peak of precommit/commit and record sizes (local store)."""
-    results = []
-    for n in sizes:
-        base = tempfile.mkdtemp(prefix=f"mem-{n}-", dir=workdir)
+    base = tempfile.mkdtemp(prefix=f"mem-{pool.n}-", dir=workdir)
+    with tpc_staged(pool, base, "size") as (sink, txn):
+        tracemalloc.start()
         try:
-            sink, txn = stage_tpc(base, n, "size")
-            flush_page_cache_writes()
-            tracemalloc.start()
-            try:
-                tracemalloc.reset_peak()
-                sink.precommit(txn)
-                pre_peak = tracemalloc.get_traced_memory()[1]
-                manifest_path = os.path.join(sink.layout.staging(txn.epoch, txn.attempt),
-                                             MANIFEST_NAME)
-                manifest_bytes = os.path.getsize(manifest_path)
-                tracemalloc.reset_peak()
-                sink.commit(txn)
-                commit_peak = tracemalloc.get_traced_memory()[1]
-            finally:
-                tracemalloc.stop()
-            decision = sink.layout.record(txn.epoch, txn.attempt, "decision")
-            res = MemResult(n, sum(file_size(i) for i in range(n)), manifest_bytes,
-                            os.path.getsize(decision), os.path.getsize(sink.layout.marker(EPOCH)),
-                            pre_peak, commit_peak)
+            tracemalloc.reset_peak()
+            sink.precommit(txn)
+            pre_peak = tracemalloc.get_traced_memory()[1]
+            manifest_bytes = os.path.getsize(
+                os.path.join(sink.layout.staging(txn.epoch, txn.attempt), MANIFEST_NAME))
+            tracemalloc.reset_peak()
+            sink.commit(txn)
+            commit_peak = tracemalloc.get_traced_memory()[1]
         finally:
-            shutil.rmtree(base)
-        log(f"  memory n={n:>6}: commit peak {fmt_bytes(res.commit_peak)}, decision "
-            f"{fmt_bytes(res.decision_bytes)}")
-        results.append(res)
-    return results
+            tracemalloc.stop()
+        decision = sink.layout.record(txn.epoch, txn.attempt, "decision")
+        res = MemResult(pool.n, sum(file_size(i) for i in range(pool.n)), manifest_bytes,
+                        os.path.getsize(decision), os.path.getsize(sink.layout.marker(EPOCH)),
+                        pre_peak, commit_peak)
+    shutil.rmtree(base)
+    log(f"  memory n={pool.n:>6}: commit peak {fmt_bytes(res.commit_peak)}, decision "
+        f"{fmt_bytes(res.decision_bytes)}")
+    return res
 
 
 # ------------------------------------------------------------------ reporting
@@ -458,7 +483,7 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def render(args: argparse.Namespace, info: dict[str, str], local: list[LocalResult],
-           profile: list[tuple[str, int, float, float]], profile_n: int, s3: list[S3Result],
+           profile: list[ProfileRow], profile_n: int, s3: list[S3Result],
            mem: list[MemResult], elapsed: float) -> str:
     """The markdown report."""
     command = ".venv/bin/python bench/bench_core.py" + (" --quick" if args.quick else "")
@@ -478,16 +503,18 @@ def render(args: argparse.Namespace, info: dict[str, str], local: list[LocalResu
                 "repetitions, are the more reliable figures."]
     out += ["", "Every figure is a median over the repetitions of one run, and every ratio "
             "divides two medians of the same run. Staged files are small (1-4 KiB, "
-            "deterministic sizes). Staged data is written without fsync (as Spark's writers) "
-            "and flushed with `sync` before anything is timed, so no timed fsync pays for "
-            "it. Nothing here is asserted: these are measurements, not tests.", ""]
+            "deterministic sizes), created once per size and moved from run to run with one "
+            "directory rename (so every run sees them equally cached). They are written "
+            "without fsync (as Spark's writers do) and flushed with `sync` before anything "
+            "is timed, so no timed fsync pays for them. Nothing here is asserted: these are "
+            "measurements, not tests.", ""]
 
     if local:
         out += ["## 1. Local disk: commit of one epoch vs FileOutputCommitter v1", "",
                 "- **v1 renames**: Spark's FileOutputCommitter v1 job commit — list "
                 "`_temporary/0/task_*` and `os.rename` each file into the output directory "
-                f"(files spread over {V1_TASK_DIRS} task folders; a real job has one folder per "
-                "task, and listing and removing more of them would only slow the baseline). "
+                "(the files sit in one committed task folder; a real job has one per task, "
+                "and listing and removing more of them would only slow the baseline). "
                 "This is the baseline of every ratio.",
                 "- **v1 incl. cleanup**: the same plus removing `_temporary` and writing "
                 "`_SUCCESS` (what commitJob also does); shown, not used in ratios.",
@@ -594,6 +621,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="where to stage files (default: a temp dir, removed at the end)")
     parser.add_argument("--only", choices=["local", "s3", "memory"], action="append",
                         help="run only these benchmarks (repeatable)")
+    parser.add_argument("--reps", type=int, default=None,
+                        help="repetitions per case (default 3 quick, 5 full; at most 3 for "
+                        "100,000 files)")
     args = parser.parse_args(argv)
     only = set(args.only or ["local", "s3", "memory"])
 
@@ -602,33 +632,36 @@ def main(argv: list[str] | None = None) -> int:
 
     local_sizes = [100, 1_000, 10_000] + ([] if args.quick else [100_000])
     s3_sizes = [100, 1_000]
-    reps = 3 if args.quick else 5
-
-    def local_reps(n: int) -> int:
-        return 3 if n >= 100_000 else reps
+    reps = args.reps or (3 if args.quick else 5)
+    profile_n = 10_000
 
     started = time.perf_counter()
     workdir = tempfile.mkdtemp(prefix="tpc-bench-", dir=args.workdir)
+    local: list[LocalResult] = []
+    profile: list[ProfileRow] = []
+    s3: list[S3Result] = []
+    mem: list[MemResult] = []
     try:
         info = machine_info(workdir)
-        local: list[LocalResult] = []
-        profile: list[tuple[str, int, float, float]] = []
-        profile_n = 10_000
-        s3: list[S3Result] = []
-        mem: list[MemResult] = []
-        if "local" in only:
-            log("1. local commit vs FileOutputCommitter v1")
-            local = bench_local(workdir, local_sizes, local_reps, log)
-            profile = profile_local_commit(workdir, profile_n)
+        if only & {"local", "memory"}:
+            log("1. local commit vs FileOutputCommitter v1" if "local" in only else
+                "3. memory and record sizes")
+            for n in local_sizes:
+                size_dir = tempfile.mkdtemp(prefix=f"n{n}-", dir=workdir)
+                pool = FilePool(size_dir, n)
+                if "local" in only:
+                    local.append(bench_local(pool, size_dir, min(reps, 3) if n >= 100_000
+                                             else reps, log))
+                    if n == profile_n:
+                        profile = profile_local_commit(pool, size_dir)
+                if "memory" in only:
+                    mem.append(bench_memory(pool, size_dir, log))
+                shutil.rmtree(size_dir)
             log(f"   ({time.perf_counter() - started:.0f} s so far)")
         if "s3" in only:
             log("2. S3 (moto server) parallel vs sequential promotion")
             with moto_server() as endpoint:
                 s3 = bench_s3(endpoint, s3_sizes, reps, [1, 16], log)
-            log(f"   ({time.perf_counter() - started:.0f} s so far)")
-        if "memory" in only:
-            log("3. memory and record sizes")
-            mem = bench_memory(workdir, local_sizes, log)
             log(f"   ({time.perf_counter() - started:.0f} s so far)")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -644,4 +677,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # SIGTERM unwinds like Ctrl-C: the moto server is stopped and the work dir removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     raise SystemExit(main())

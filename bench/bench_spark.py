@@ -105,7 +105,9 @@ def summary(times: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, flo
     for v in VARIANTS:
         med = statistics.median(total(p) for p in times[v])
         ovh = statistics.median(overhead(p) for p in times[v])
-        out[v] = {"median": med, "min": min(total(p) for p in times[v]),
+        paired = statistics.median(total(p) / total(q) for p, q in zip(times[v], times["plain"],
+                                                                        strict=True))
+        out[v] = {"median": med, "min": min(total(p) for p in times[v]), "paired": paired,
                   "max": max(total(p) for p in times[v]), "ratio": med / base,
                   "overhead": ovh, "overhead_pct": 100 * ovh / base,
                   "precommit": statistics.median(p.get("precommit", 0.0) for p in times[v]),
@@ -136,12 +138,14 @@ def report(results: dict[int, dict[str, list[dict[str, float]]]], reps: int,
         "exactly-once adds end to end. *Job-side overhead* = `txn.precommit()` only: under "
         "Airflow, begin runs in the submit task and commit in the commit task, so this is "
         "all the Spark job itself pays. Both are far less sensitive than end-to-end ratios "
-        "to other load on the machine. Rows: id, int key, double, string, timestamp; "
+        "to other load on the machine. *Paired ratio* = median over repetitions of "
+        "(this variant's run / the plain run just before it), which cancels slow drifts "
+        "in load. Rows: id, int key, double, string, timestamp; "
         "Parquet/snappy; 2 tasks (2 files per write).",
         "",
-        "| rows | variant | median s | min s | max s | ratio to plain (median) "
-        "| protocol overhead s | / plain | job-side overhead s | / plain |",
-        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| rows | variant | median s | min s | max s | ratio to plain (medians) "
+        "| paired ratio | protocol overhead s | / plain | job-side overhead s | / plain |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for rows, times in results.items():
         for v, st in summary(times).items():
@@ -151,7 +155,7 @@ def report(results: dict[int, dict[str, list[dict[str, float]]]], reps: int,
                 extra = (f"{st['overhead']:.3f} | {st['overhead_pct']:.1f} % | "
                          f"{st['precommit']:.3f} | {st['precommit_pct']:.1f} %")
             lines.append(f"| {rows:,} | {v} | {st['median']:.2f} | {st['min']:.2f} | "
-                         f"{st['max']:.2f} | {st['ratio']:.3f} | {extra} |")
+                         f"{st['max']:.2f} | {st['ratio']:.3f} | {st['paired']:.3f} | {extra} |")
     lines += [
         "",
         "Variants:",
@@ -192,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
             for v, st in summary(results[rows]).items():
                 runs = " ".join(f"{total(p):.2f}" for p in results[rows][v])
                 print(f"{rows:>10,} {v:<15} median {st['median']:6.2f} s  ratio "
-                      f"{st['ratio']:.3f}  overhead {st['overhead']:.3f} s "
+                      f"{st['ratio']:.3f}  paired {st['paired']:.3f}  "
+                      f"overhead {st['overhead']:.3f} s "
                       f"({st['overhead_pct']:.1f} %)  precommit {st['precommit']:.3f} s "
                       f"({st['precommit_pct']:.1f} %)  runs {runs}", flush=True)
             shutil.rmtree(work / str(rows), ignore_errors=True)
