@@ -17,6 +17,7 @@ import pytest
 
 from airflow_tpc import Sink, SinkConfig, StorageError, TxnState
 from airflow_tpc.ledger import PUBLISHED_MARKER
+from airflow_tpc.storage.s3 import S3Storage
 
 from ..core.helpers import assert_invariant, committed_contents, stage
 from .conftest import options_for
@@ -159,3 +160,48 @@ def test_retried_commit_cleans_the_attempt_it_aborted(proxy: FaultProxy,
     txn = _fail_after_publish(proxy, sink)
     assert sink.commit(txn).outcome == "already_committed"
     assert_invariant(sink, {"1": [b"A"]}, open_staging_ok=False)
+
+
+def _multipart_storage(proxy: FaultProxy) -> S3Storage:
+    return S3Storage(options_for(proxy.endpoint, max_attempts=3), copy_workers=1,
+                     multipart_threshold=0)
+
+
+def test_multipart_complete_took_effect(proxy: FaultProxy, fault_bucket: str,
+                                        direct_client: Any) -> None:
+    """CompleteMultipartUpload applied, response lost: the SDK's retry completes again.
+
+    moto 5.2 answers a retried complete of a completed upload with success (so
+    does S3 for a while); the copy succeeds and leaves no upload open.  Were a
+    store to answer NoSuchUpload instead, the copy would fail to the caller and
+    the restartable promotion would copy again on the next try.
+    """
+    b = fault_bucket
+    direct_client.put_object(Bucket=b, Key="src", Body=b"payload")
+
+    def script(req: Request, op: Op, n: int) -> Fault | None:
+        complete = op is Op.MULTIPART and req.method == "POST" and "uploadId" in req.query
+        return Fault.DROP_AFTER if complete and n == 0 else None
+
+    proxy.script = script
+    _multipart_storage(proxy).copy_many([(f"{b}/src", f"{b}/dst")], {f"{b}/src": 7})
+    assert proxy.stats.injected == {(Op.MULTIPART, Fault.DROP_AFTER): 1}
+    assert direct_client.get_object(Bucket=b, Key="dst")["Body"].read() == b"payload"
+    assert direct_client.list_multipart_uploads(Bucket=b).get("Uploads", []) == []
+
+
+def test_multipart_create_took_effect_leaves_an_orphan_upload(
+        proxy: FaultProxy, fault_bucket: str, direct_client: Any) -> None:
+    """CreateMultipartUpload applied, response lost: the retry opens a second upload.
+
+    The copy succeeds, but the first upload id was never seen by the client, so
+    nothing can abort it: only an ``AbortIncompleteMultipartUpload`` lifecycle
+    rule on the bucket cleans these up (invisible to readers, billed by S3).
+    """
+    b = fault_bucket
+    direct_client.put_object(Bucket=b, Key="src", Body=b"payload")
+    proxy.script = lambda req, op, n: (Fault.ERROR_500_AFTER if op is Op.MULTIPART
+                                       and "uploads" in req.query and n == 0 else None)
+    _multipart_storage(proxy).copy_many([(f"{b}/src", f"{b}/dst")], {f"{b}/src": 7})
+    assert direct_client.get_object(Bucket=b, Key="dst")["Body"].read() == b"payload"
+    assert len(direct_client.list_multipart_uploads(Bucket=b).get("Uploads", [])) == 1

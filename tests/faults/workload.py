@@ -49,8 +49,12 @@ class NotConverged(AssertionError):
     """A verb kept failing past the retry budget an Airflow task would have."""
 
 
-def digests(content: Content) -> Digests:
-    """The ETags S3 gives these files (single-part objects: the MD5 of the bytes)."""
+def digests(content: Content, multipart: bool = False) -> Digests:
+    """The ETags S3 gives these files: the MD5 of the bytes, or for a one-part
+    multipart object the MD5 of that part's MD5, suffixed ``-1``."""
+    if multipart:
+        return tuple(sorted(hashlib.md5(hashlib.md5(c).digest()).hexdigest() + "-1"
+                            for c in content))
     return tuple(sorted(hashlib.md5(c).hexdigest() for c in content))
 
 
@@ -103,6 +107,8 @@ class Workload:
     probe: ReadCommittedProbe   # direct to moto: the cheap per-verb check
     rng: random.Random
     max_verb_tries: int = 15
+    #: Published files are multipart copies (their ETags are not content MD5s).
+    multipart: bool = False
     #: epoch -> the content it must end with
     final: dict[str, Content] = field(default_factory=dict)
     #: epoch -> contents a reader may see right now (None: not published)
@@ -127,7 +133,7 @@ class Workload:
         """A verb returned: the named epochs (default all) show exactly their final content."""
         for epoch in (self.final if epochs is None else epochs):
             if epoch in self.final:
-                self.allowed[epoch] = {digests(self.final[epoch])}
+                self.allowed[epoch] = {digests(self.final[epoch], self.multipart)}
 
     # -- running a verb like an Airflow task with retries ---------------------
     def call(self, verb: str, fn: Callable[[], T]) -> T:
@@ -162,7 +168,7 @@ class Workload:
 
     def _commit(self, epoch: str, crash_at: str | None = None) -> None:
         txn, content = self._stage(epoch)
-        self.allowed.setdefault(epoch, {None}).add(digests(content))
+        self.allowed.setdefault(epoch, {None}).add(digests(content, self.multipart))
         if crash_at is None:
             self.call("commit", lambda: self.sink.commit(txn))
             self.final[epoch] = content
