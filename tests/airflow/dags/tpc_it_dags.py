@@ -62,3 +62,10 @@ with DAG("tpc_it_gate", schedule="@daily", start_date=datetime(2026, 1, 1), catc
         "events", application=JOB, target=os.path.join(ROOT, "gate_target"),
         namespace="tpc_it_gate", conn_id="spark_local", application_args=ARGS,
         approval=True, outlets=[Asset("tpc-it-gate")], **SPARK)
+
+with DAG("tpc_it_backfill", schedule="@daily", start_date=datetime(2026, 2, 1), catchup=False,
+         max_active_runs=2, tags=["tpc-test"]):
+    exactly_once_spark_group(
+        "events", application=JOB, target=os.path.join(ROOT, "backfill_target"),
+        namespace="tpc_it_backfill", conn_id="spark_local", application_args=ARGS,
+        sensor_mode="reschedule", poke_interval=2, sensor_timeout=600, **SPARK)
