@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import StorageError
 from .base import CHUNK, ObjectInfo, Storage
@@ -25,8 +25,20 @@ from .base import CHUNK, ObjectInfo, Storage
 #: single CopyObject limit is 5 GiB).
 MULTIPART_COPY_THRESHOLD = 5 * 1024**3
 MULTIPART_CHUNK = 512 * 1024**2
+T = TypeVar("T")
 
 _PUBLIC_OPTION_KEYS = ("endpoint_url", "region_name")
+
+
+#: A response body cut mid-stream (aiohttp under s3fs; botocore's StreamingBody).
+#: The SDK's retries end when the response headers arrive, so reads retry these.
+_CUT_BODY_ERRORS = ("ClientPayloadError", "ResponseStreamingError", "IncompleteReadError")
+
+
+def _is_cut_body(exc: BaseException) -> bool:
+    # Only the error itself or what s3fs translated it from: a connection error
+    # *before* the response also has urllib3 errors in its __context__.
+    return any(type(e).__name__ in _CUT_BODY_ERRORS for e in (exc, exc.__cause__) if e)
 
 
 def _client_error_code(exc: Exception) -> str:
@@ -124,9 +136,20 @@ class S3Storage(Storage):
         return StorageError(f"S3 {op} of {self.uri(path)} failed: {_client_error_code(exc)}")
 
     # -- reading --------------------------------------------------------------
+    def _reread_cut_body(self, read: Callable[[], T]) -> T:
+        """Run ``read`` again when its body was cut, within the ``max_attempts`` budget."""
+        tries = int(self._options.get("max_attempts", 10)) + 1
+        for attempt in range(tries):
+            try:
+                return read()
+            except Exception as exc:
+                if attempt + 1 >= tries or not _is_cut_body(exc):
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
     def read_bytes(self, path: str) -> bytes | None:
         try:
-            return self.fs.cat_file(path)
+            return self._reread_cut_body(lambda: self.fs.cat_file(path))
         except FileNotFoundError:
             return None
         except Exception as exc:  # noqa: BLE001 - never let a client traceback be the message
@@ -187,9 +210,12 @@ class S3Storage(Storage):
 
     def read_versioned(self, path: str) -> tuple[bytes | None, str | None]:
         bucket, key = self._split(path)
-        try:
+        def read() -> tuple[bytes, str | None]:
             resp = self.client.get_object(Bucket=bucket, Key=key)
             return resp["Body"].read(), resp.get("ETag")
+
+        try:
+            return self._reread_cut_body(read)
         except Exception as exc:  # noqa: BLE001
             if _client_error_code(exc) in ("NoSuchKey", "404", "NotFound"):
                 return None, None

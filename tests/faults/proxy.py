@@ -73,6 +73,9 @@ class Fault(str, enum.Enum):
     #: Forward, let moto apply it, then answer 500: S3 documents that a 500 on a
     #: write may or may not have been applied.
     ERROR_500_AFTER = "500_after"
+    #: Forward, then send the response head and only half its body, and close:
+    #: a connection cut mid-download (the client must not take the prefix as data).
+    TRUNCATE = "truncate"
     #: Extra delay (independent of the other kinds; the request then proceeds).
     LATENCY = "latency"
 
@@ -81,7 +84,7 @@ class Fault(str, enum.Enum):
 
 
 FAILING = (Fault.ERROR_500, Fault.SLOWDOWN_503, Fault.DROP_BEFORE, Fault.DROP_AFTER,
-           Fault.ERROR_500_AFTER)
+           Fault.ERROR_500_AFTER, Fault.TRUNCATE)
 
 
 @dataclass
@@ -366,6 +369,12 @@ class FaultProxy:
                     return False
                 conn.sendall(_error_response(req, Fault.ERROR_500, keep_alive))
                 return keep_alive
+            if fault is Fault.TRUNCATE:
+                body = bytearray()
+                _relay_response_body(ufile, method, status, rheaders, body.extend)
+                conn.sendall(rhead + bytes(body[: len(body) // 2]))
+                _hang_up(conn)
+                return False
             conn.sendall(rhead)
             until_eof = _relay_response_body(ufile, method, status, rheaders, conn.sendall)
         if until_eof or "close" in rheaders.get("connection", "").lower():

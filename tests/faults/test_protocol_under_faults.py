@@ -2,8 +2,9 @@
 
 Each run is a seeded sequence of epochs (see :mod:`.workload`); the fault kinds
 are spread evenly over 500 InternalError, 503 SlowDown, a dropped connection
-before the request reaches the store, one after it took effect, and a 500 after
-it took effect, on every S3 operation.  What must hold at the end:
+before the request reaches the store, one after it took effect, a 500 after it
+took effect, and a response cut mid-body, on every S3 operation; 5% of requests
+also get 5-30 ms of extra latency.  What must hold at the end:
 
 - exactly-once: each epoch's read-committed content is its last committed
   attempt's, and a plain listing of the target shows the same files;
@@ -109,7 +110,7 @@ def test_epochs_converge_exactly_once_under_faults(proxy: FaultProxy, fault_buck
     assert_retries_bounded(proxy, FAULT_RATE)
     kinds = proxy.stats.injected_by_kind()
     assert all(kinds[k] > 0 for k in (Fault.ERROR_500, Fault.SLOWDOWN_503, Fault.DROP_BEFORE,
-                                      Fault.DROP_AFTER, Fault.ERROR_500_AFTER))
+                                      Fault.DROP_AFTER, Fault.ERROR_500_AFTER, Fault.TRUNCATE))
     assert proxy.stats.injected[(Op.CONDITIONAL_PUT, Fault.DROP_AFTER)] \
         + proxy.stats.injected[(Op.CONDITIONAL_PUT, Fault.ERROR_500_AFTER)] > 0
 

@@ -6,7 +6,9 @@ attempts) inside s3fs's own 5-try loop, so with ``max_attempts=1`` one listing
 under dropped connections made 50 requests and one write under SlowDown 25 —
 retry storms exactly when the store asks clients to back off, and a budget the
 operator could not set.  The fix (``airflow_tpc/storage/s3.py``) hands s3fs the
-same botocore config and turns its outer loop off.
+same botocore config and turns its outer loop off; the one thing that loop did
+which the SDK cannot — reading a body again after it was cut mid-download — is
+now done by ``read_bytes``/``read_versioned`` within the same budget.
 
 Each case fails every request of every op permanently and counts what one
 storage call sends.  ``max_attempts`` is botocore's: retries, so attempts =
@@ -69,3 +71,25 @@ def test_each_storage_call_honours_max_attempts(proxy: FaultProxy, fault_bucket:
     reason = STATUS[fault] if calls[0].op is Op.HEAD else CODE[fault]
     assert reason in str(info.value)
     assert "testing-secret-key" not in str(info.value)
+
+
+@pytest.mark.parametrize("call", ["read_bytes", "read_versioned"])
+@pytest.mark.parametrize("permanent", [False, True])
+def test_cut_body_is_reread_never_returned(proxy: FaultProxy, fault_bucket: str,
+                                           direct_client: Any, call: str,
+                                           permanent: bool) -> None:
+    """A body cut mid-download is read again (the SDK cannot: its retries end at the
+    headers), within the same budget — and a prefix is never returned as the object."""
+    data = b'{"record": "' + b"x" * 20_000 + b'"}'
+    direct_client.put_object(Bucket=fault_bucket, Key="data/k", Body=data)
+    proxy.script = lambda req, op, n: (Fault.TRUNCATE if op is Op.GET and (permanent or n == 0)
+                                       else None)
+    storage = S3Storage(options_for(proxy.endpoint, max_attempts=MAX_ATTEMPTS))
+    if permanent:
+        with pytest.raises(StorageError):
+            CALLS[call](storage, fault_bucket)
+        assert proxy.stats.requests[Op.GET] == MAX_ATTEMPTS + 1
+    else:
+        got = CALLS[call](storage, fault_bucket)
+        assert (got[0] if isinstance(got, tuple) else got) == data
+        assert proxy.stats.requests[Op.GET] == 2
