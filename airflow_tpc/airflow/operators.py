@@ -158,7 +158,11 @@ class StagedSparkSubmitOperator(_TpcMixin, SparkSubmitOperator):
         txn = sink.begin(str(self.epoch), owner=_owner(context))
         self.log.info("Began %s (fencing number %d); staging %s", txn.txn_id, txn.attempt,
                       txn.staging_uri)
-        context["ti"].xcom_push(key=TXN_XCOM_KEY, value=txn.to_dict())
+        # The transaction plus *where* it lives (connection name and public options only):
+        # enough for the sensor, abort and the UI plugin to find it, no credential.
+        context["ti"].xcom_push(key=TXN_XCOM_KEY, value={
+            **txn.to_dict(), "storage_conn_id": self.storage_conn_id,
+            "storage_options": hook.public_options})
         TransactionLink.persist(context, txn)
         self.conf = {**(self.conf or {}), SPARK_CONF_KEY: job_payload(
             txn, guarantee=self.guarantee, promotion=sink.config.promotion,

@@ -1,0 +1,76 @@
+"""Operator actions on a target's ledger, shared by the admin DAG and the UI plugin.
+
+Each action returns a JSON-safe dict (it becomes an XCom or an HTTP response), so it
+never includes storage options: only ids, states and counts.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from airflow_tpc import InvalidState, Sink, TxnState
+
+ACTIONS = ("status", "abort", "recover", "expire")
+OPEN_STATES = (TxnState.OPEN, TxnState.PRECOMMITTED)
+
+
+def status(sink: Sink, epoch: str | None = None) -> dict[str, Any]:
+    infos = [i.to_dict() for i in sink.describe(epoch)]
+    return {"target": sink.target, "namespace": sink.namespace, "transactions": infos,
+            "committed_epochs": sorted(sink.committed_files(
+                [epoch] if epoch else None).keys())}
+
+
+def abort(sink: Sink, epoch: str, attempt: int | None = None,
+          reason: str = "aborted by an operator") -> dict[str, Any]:
+    """Abort one attempt, or every open/pre-committed attempt of the epoch."""
+    if not epoch:
+        raise ValueError("abort needs an epoch")
+    aborted, refused = [], []
+    for info in sink.describe(epoch):
+        if attempt is not None and info.attempt != attempt:
+            continue
+        if attempt is None and info.state not in OPEN_STATES:
+            continue
+        try:
+            sink.abort(sink.transaction(epoch, info.attempt), reason)
+            aborted.append(info.txn_id)
+        except InvalidState as exc:
+            refused.append({"txn_id": info.txn_id, "error": str(exc)})
+    return {"action": "abort", "aborted": aborted, "refused": refused}
+
+
+def recover(sink: Sink, abort_undecided: bool = False,
+            ignore_failures_after_timeout: bool = False) -> dict[str, Any]:
+    report = sink.recover(abort_undecided=abort_undecided,
+                          ignore_failures_after_timeout=ignore_failures_after_timeout)
+    return {"action": "recover", **report.to_dict()}
+
+
+def expire(sink: Sink, epoch: str | None = None) -> dict[str, Any]:
+    """Abort open/pre-committed attempts older than their transaction timeout, as EXPIRED
+    would: they are listed (with what they had pre-committed) before being thrown away."""
+    now = time.time()
+    expired = []
+    for info in sink.describe(epoch):
+        txn = sink.transaction(info.epoch, info.attempt)
+        if info.state in OPEN_STATES and txn.expired(now):
+            sink.abort(txn, f"expired by an operator: {txn.age(now):.0f} s old, timeout "
+                            f"{txn.timeout_s:.0f} s (had {info.files} files pre-committed)")
+            expired.append(info.txn_id)
+    return {"action": "expire", "expired": expired}
+
+
+def run_action(sink: Sink, action: str, *, epoch: str | None = None, attempt: int | None = None,
+               reason: str = "aborted by an operator", abort_undecided: bool = False
+               ) -> dict[str, Any]:
+    if action not in ACTIONS:
+        raise ValueError(f"unknown action {action!r}; one of {ACTIONS}")
+    if action == "status":
+        return status(sink, epoch or None)
+    if action == "abort":
+        return abort(sink, epoch or "", attempt, reason)
+    if action == "recover":
+        return recover(sink, abort_undecided=abort_undecided)
+    return expire(sink, epoch or None)
