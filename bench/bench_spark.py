@@ -40,6 +40,9 @@ from airflow_tpc import Sink, SinkConfig  # noqa: E402
 from airflow_tpc.spark import JobTransaction, build_payload, write_tpc  # noqa: E402
 
 VARIANTS = ("plain", "native-eo", "native-eo-size", "tpc-source")
+SIZES: dict[str, int] = {}  # variant -> bytes of the last sealed write (for the report)
+LOADS: dict[int, tuple[float, float]] = {}  # rows -> 1-min load average before, after
+BYTES: dict[int, int] = {}  # rows -> bytes of Parquet one write produces
 
 
 def make_df(spark, rows: int):
@@ -69,8 +72,9 @@ def runner(spark, df, work: Path, variant: str, counter: list[int]
         else:
             df.write.parquet(txn.output_uri)
         t2 = time.perf_counter()
-        txn.precommit()
+        manifest = txn.precommit()
         t3 = time.perf_counter()
+        SIZES[variant] = manifest.total_bytes
         sink.commit(txn.txn)
         t4 = time.perf_counter()
         return {"begin": t1 - t0, "write": t2 - t1, "precommit": t3 - t2, "commit": t4 - t3}
@@ -80,6 +84,7 @@ def runner(spark, df, work: Path, variant: str, counter: list[int]
 def bench(spark, rows: int, reps: int, work: Path) -> dict[str, list[dict[str, float]]]:
     df = make_df(spark, rows)
     counter = [0]
+    load_before = os.getloadavg()[0]
     runs = {v: runner(spark, df, work, v, counter) for v in VARIANTS}
     times: dict[str, list[dict[str, float]]] = {v: [] for v in VARIANTS}
     for v in VARIANTS:  # warm-up: JIT, Python workers, imports
@@ -87,6 +92,8 @@ def bench(spark, rows: int, reps: int, work: Path) -> dict[str, list[dict[str, f
     for _ in range(reps):
         for v in VARIANTS:
             times[v].append(runs[v]())
+    LOADS[rows] = (load_before, os.getloadavg()[0])
+    BYTES[rows] = SIZES.get("native-eo", 0)
     return times
 
 
@@ -101,7 +108,7 @@ def overhead(phases: dict[str, float]) -> float:
 
 def summary(times: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:
     base = statistics.median(total(p) for p in times["plain"])
-    out = {}
+    out: dict[str, dict[str, float]] = {}
     for v in VARIANTS:
         med = statistics.median(total(p) for p in times[v])
         ovh = statistics.median(overhead(p) for p in times[v])
@@ -156,6 +163,16 @@ def report(results: dict[int, dict[str, list[dict[str, float]]]], reps: int,
                          f"{st['precommit']:.3f} | {st['precommit_pct']:.1f} %")
             lines.append(f"| {rows:,} | {v} | {st['median']:.2f} | {st['min']:.2f} | "
                          f"{st['max']:.2f} | {st['ratio']:.3f} | {st['paired']:.3f} | {extra} |")
+    lines += ["", "Conditions of this run (a shared 2-CPU machine):", ""]
+    for rows, times in results.items():
+        plain = [total(p) for p in times["plain"]]
+        before, after = LOADS.get(rows, (float("nan"), float("nan")))
+        size = BYTES.get(rows, 0)
+        lines.append(f"- {rows:,} rows: {size / 1e6:.0f} MB of Parquet per write; 1-minute "
+                     f"load average {before:.1f} before, {after:.1f} after; identical plain "
+                     f"writes took {min(plain):.2f}-{max(plain):.2f} s "
+                     f"({max(plain) / min(plain):.1f}x spread). End-to-end ratios move with "
+                     "that noise; the overhead columns are timed directly and do not.")
     lines += [
         "",
         "Variants:",
@@ -165,8 +182,9 @@ def report(results: dict[int, dict[str, list[dict[str, float]]]], reps: int,
         "files on threads) + `sink.commit()` (re-verifies checksums, then one directory swap).",
         "- **native-eo-size** — the same with `SinkConfig(verify=\"size\")`: the commit trusts "
         "the sizes recorded at pre-commit instead of re-hashing.",
-        "- **tpc-source** — the `tpc` Python data source (fsspec Parquet from executors, MD5 "
-        "while writing) + `sink.commit()`.",
+        "- **tpc-source** — the `tpc` Python data source (fsspec Parquet from executors, "
+        "hashed while writing: SHA-256 locally, MD5 on S3) + `txn.precommit()` (reuses those "
+        "checksums) + `sink.commit()`.",
         "",
     ]
     return "\n".join(lines)
