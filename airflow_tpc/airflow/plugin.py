@@ -5,8 +5,8 @@ on Airflow's own auth: the JWT (header or the UI's cookie) is resolved by the au
 manager, and the user must be allowed to read (GET) or edit (PUT) the DAG's runs.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: FastAPI must see the real annotations
+# (Depends/Form) of route functions whose names are imported inside create_app().
 import html
 from typing import Any
 from urllib.parse import urlencode

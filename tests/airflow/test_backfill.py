@@ -46,12 +46,11 @@ def _wait_http(url: str, timeout: float) -> None:
 
 def test_backfill_five_epochs_two_at_a_time(dagbag, data_root, tmp_path):
     from airflow import settings
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
     from airflow.dag_processing.dagbag import sync_bag_to_db
     from airflow.models.dag import DagModel
     from airflow.models.dagrun import DagRun
     from sqlalchemy import select, update
-
-    from airflow.dag_processing.bundles.manager import DagBundlesManager
 
     DagBundlesManager().sync_bundles_to_db()
     sync_bag_to_db(dagbag, "dags-folder", None)

@@ -1,0 +1,149 @@
+"""Provider metadata, the UI plugin (auth required; abort from the page) and the admin DAG."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from airflow_tpc import Sink, TxnState
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_provider_info_and_providers_list(airflow_db):
+    from airflow_tpc.provider_info import get_provider_info
+
+    info = get_provider_info()
+    assert info["package-name"] == "airflow-tpc"
+    out = subprocess.run([sys.executable, "-m", "airflow", "providers", "list", "-o", "json"],
+                         capture_output=True, text=True, check=True, env=os.environ.copy())
+    names = {p["package_name"] for p in json.loads(out.stdout)}
+    assert "airflow-tpc" in names
+    plugins = subprocess.run([sys.executable, "-m", "airflow", "plugins", "-o", "json"],
+                             capture_output=True, text=True, check=True, env=os.environ.copy())
+    assert "airflow_tpc" in plugins.stdout
+
+
+@pytest.fixture()
+def run_with_txn(dagbag, tmp_path):
+    """A DAG run whose submit task began (and pre-committed) a transaction."""
+    from airflow import settings
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.dagbag import sync_bag_to_db
+    from airflow.models.dagrun import get_or_create_dagrun
+    from airflow.models.xcom import XComModel
+    from airflow.serialization.serialized_objects import DagSerialization
+    from airflow.utils.types import DagRunTriggeredByType
+
+    from .helpers import day
+
+    dag_id, run_id = "tpc_it_gate", "ui-test-run"
+    target = str(tmp_path / "ui_target")
+    DagBundlesManager().sync_bundles_to_db()
+    sync_bag_to_db(dagbag, "dags-folder", None)
+    sdag = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(
+        dagbag.get_dag(dag_id)))
+    with settings.Session() as session:
+        get_or_create_dagrun(dag=sdag, run_id=run_id, logical_date=day("2026-06-01"),
+                             data_interval=(day("2026-06-01"), day("2026-06-01")),
+                             run_after=day("2026-06-01"), conf=None,
+                             triggered_by=DagRunTriggeredByType.TEST,
+                             triggering_user_name="test", start_date=day("2026-06-01"),
+                             session=session)
+        session.commit()
+    sink = Sink(target, "tpc_ui")
+    txn = sink.begin("2026-06-01", owner={"dag_id": dag_id, "run_id": run_id})
+    staging = Path(txn.staging_uri.removeprefix("file://"))
+    staging.mkdir(parents=True)
+    (staging / "part-0.parquet").write_bytes(b"x" * 64)
+    sink.precommit(txn)
+    with settings.Session() as session:
+        XComModel.set(key="tpc_txn", value={**txn.to_dict(), "storage_conn_id": None,
+                                            "storage_options": {}},
+                      dag_id=dag_id, task_id="events.submit", run_id=run_id, session=session)
+        session.commit()
+    return dag_id, run_id, sink
+
+
+@pytest.fixture()
+def api_client(airflow_db, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "admin:admin,viewer:viewer")
+    from airflow.api_fastapi.app import create_app
+    from fastapi.testclient import TestClient
+
+    return TestClient(create_app())
+
+
+def _token(role: str) -> str:
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    return get_auth_manager().generate_jwt(SimpleAuthManagerUser(username=role, role=role))
+
+
+def test_plugin_requires_auth_and_aborts(api_client, run_with_txn):
+    dag_id, run_id, sink = run_with_txn
+    q = {"dag_id": dag_id, "run_id": run_id}
+    # Unauthenticated: refused, on every route.
+    assert api_client.get("/airflow-tpc/api/transactions", params=q).status_code == 401
+    assert api_client.get("/airflow-tpc/", params=q).status_code == 401
+    r = api_client.post("/airflow-tpc/api/abort", params={**q, "epoch": "2026-06-01",
+                                                          "attempt": 1})
+    assert r.status_code == 401
+    assert api_client.get("/airflow-tpc/api/transactions", params=q,
+                          headers={"Authorization": "Bearer forged"}).status_code in (401, 403)
+    assert sink.describe("2026-06-01")[0].state is TxnState.PRECOMMITTED
+
+    admin = {"Authorization": f"Bearer {_token('admin')}"}
+    r = api_client.get("/airflow-tpc/api/transactions", params=q, headers=admin)
+    assert r.status_code == 200, r.text
+    [t] = r.json()["transactions"]
+    assert t["txn_id"] == "tpc_ui/2026-06-01/1" and t["state"] == "PRECOMMITTED"
+    page = api_client.get("/airflow-tpc/", params=q, headers=admin)
+    assert page.status_code == 200 and "PRECOMMITTED" in page.text and "Abort" in page.text
+
+    # A viewer may look but not abort.
+    viewer = {"Authorization": f"Bearer {_token('viewer')}"}
+    assert api_client.get("/airflow-tpc/api/transactions", params=q,
+                          headers=viewer).status_code == 200
+    r = api_client.post("/airflow-tpc/abort", params=q, headers=viewer,
+                        data={"epoch": "2026-06-01", "attempt": "1"})
+    assert r.status_code == 403
+
+    r = api_client.post("/airflow-tpc/abort", params=q, headers=admin,
+                        data={"epoch": "2026-06-01", "attempt": "1"})
+    assert r.status_code == 200, r.text
+    [info] = sink.describe("2026-06-01")
+    assert info.state is TxnState.ABORTED and info.staging_files == 0
+    assert "admin" in info.reason
+
+
+def test_admin_dag_status_and_abort(airflow_db, tmp_path):
+    target = str(tmp_path / "admin_target")
+    sink = Sink(target, "tpc_admin_test")
+    txn = sink.begin("2026-07-01")
+    staging = Path(txn.staging_uri.removeprefix("file://"))
+    staging.mkdir(parents=True)
+    (staging / "part-0.parquet").write_bytes(b"y" * 10)
+    script = (
+        "import json, sys\n"
+        "from airflow.dag_processing.dagbag import DagBag\n"
+        f"dag = DagBag(dag_folder={str(REPO / 'dags')!r}).get_dag('tpc_admin')\n"
+        "conf = json.loads(sys.argv[1])\n"
+        "dr = dag.test(run_conf=conf)\n"
+        "ti = [t for t in dr.get_task_instances() if t.task_id == 'act'][0]\n"
+        "print('STATE', dr.state)\n")
+    env = {**os.environ, "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags")}
+    conf = {"target": target, "namespace": "tpc_admin_test", "epoch": "2026-07-01",
+            "action": "abort", "attempt": 0}
+    out = subprocess.run([sys.executable, "-c", script, json.dumps(conf)], env=env,
+                         capture_output=True, text=True, timeout=240)
+    assert "STATE success" in out.stdout, out.stderr[-3000:]
+    [info] = sink.describe("2026-07-01")
+    assert info.state is TxnState.ABORTED and info.staging_files == 0
