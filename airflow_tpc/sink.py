@@ -322,6 +322,9 @@ class Sink:
             odecision = self.ledger.get(epoch, other, orec, DECISION)
             if odecision is None:
                 self._abort(epoch, other, f"superseded by committed attempt {attempt}")
+            elif odecision.get("outcome") != "commit":
+                # Aborted earlier, perhaps by a try that died before removing staging.
+                self.layout.remove_staging(epoch, other)
             elif odecision.get("outcome") == "commit" and SUPERSEDED not in orec.kinds:
                 # A lower commit: its published files went with the swap/cleanup above;
                 # its staging (kept by "manifest" mode or never promoted) goes now.

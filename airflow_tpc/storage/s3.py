@@ -317,5 +317,7 @@ class S3Storage(Storage):
             client.complete_multipart_upload(
                 Bucket=dbucket, Key=dkey, UploadId=upload_id, MultipartUpload={"Parts": parts})
         except Exception:
-            client.abort_multipart_upload(Bucket=dbucket, Key=dkey, UploadId=upload_id)
+            # best effort: the copy's own error is the one to report
+            with contextlib.suppress(Exception):
+                client.abort_multipart_upload(Bucket=dbucket, Key=dkey, UploadId=upload_id)
             raise

@@ -151,9 +151,6 @@ def test_commit_can_fail_after_it_published(proxy: FaultProxy, fault_bucket: str
     assert_invariant(sink, {"1": [b"A"]}, open_staging_ok=False)
 
 
-@pytest.mark.xfail(strict=True, reason="core bug: Sink._finish_epoch cleans lower attempts only "
-                   "while undecided; an attempt it aborted but could not clean keeps its staging "
-                   "until recover()/gc() (see docs/fault-injection.md)")
 def test_retried_commit_cleans_the_attempt_it_aborted(proxy: FaultProxy,
                                                       fault_bucket: str) -> None:
     sink = _sink(proxy, fault_bucket, max_attempts=0)
