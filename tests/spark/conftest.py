@@ -20,6 +20,11 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ["PYTHONPATH"] = os.pathsep.join(
     [str(REPO), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]])
+# Credentials for moto only.  Set before the JVM starts: executors and the Python
+# worker that runs a data source's commit() inherit them (they never go in conf).
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing-secret-key")
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 
 
 @pytest.fixture(scope="session")
@@ -46,3 +51,37 @@ def _no_ambient_transaction(monkeypatch, request):
         session = request.getfixturevalue("spark")
         session.conf.unset("spark.airflow_tpc.txn")
     yield
+
+
+# S3 fixtures of our own (same names as the suite-wide ones, so these tests do not
+# depend on another directory's conftest): moto's real HTTP server on 127.0.0.1.
+@pytest.fixture(scope="session")
+def moto_endpoint():
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture()
+def s3_options(moto_endpoint):
+    """What the operator side holds; only endpoint/region may reach the job."""
+    return {"endpoint_url": moto_endpoint, "key": os.environ["AWS_ACCESS_KEY_ID"],
+            "secret": os.environ["AWS_SECRET_ACCESS_KEY"], "region_name": "us-east-1"}
+
+
+@pytest.fixture()
+def s3_bucket(s3_options):
+    import uuid
+
+    import boto3
+
+    name = f"tpc-spark-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3_options["endpoint_url"],
+                 aws_access_key_id=s3_options["key"],
+                 aws_secret_access_key=s3_options["secret"],
+                 region_name="us-east-1").create_bucket(Bucket=name)
+    return name
