@@ -8,9 +8,12 @@ Asset events, and keep secrets out of logs, XComs and the Spark conf.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import tempfile
+import uuid
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,32 +43,43 @@ _ZIP_CACHE: dict[str, str] = {}
 def package_zip(dest_dir: str | None = None) -> str:
     """A zip of the job-side package for ``--py-files`` (airflow_tpc without its Airflow layer).
 
-    Uses ``airflow_tpc.spark.py_files_zip`` when the job-side module provides it;
-    the fallback below is what it does: the job must not need Airflow installed.
+    Built with ``airflow_tpc.spark.py_files_zip`` into a file unique to this process,
+    then renamed to a name derived from its content: concurrent tasks on one worker
+    (a backfill with max_active_runs > 1) never write the same temporary file, and
+    a spark-submit reading the zip never sees a half-written one.
     """
-    try:
-        from airflow_tpc.spark import py_files_zip  # type: ignore[attr-defined]
-    except ImportError:
-        py_files_zip = None
     dest = dest_dir or os.path.join(tempfile.gettempdir(), f"airflow_tpc-{os.getuid()}")
+    if dest in _ZIP_CACHE and os.path.exists(_ZIP_CACHE[dest]):
+        return _ZIP_CACHE[dest]
     os.makedirs(dest, exist_ok=True)
-    path = os.path.join(dest, "airflow_tpc_job.zip")
-    if path in _ZIP_CACHE:
-        return _ZIP_CACHE[path]
+    build = os.path.join(dest, f".build-{os.getpid()}-{uuid.uuid4().hex}.zip")
+    try:
+        built = _build_zip(build)
+        digest = hashlib.sha256(Path(built).read_bytes()).hexdigest()[:16]
+        final = os.path.join(dest, f"airflow_tpc-{digest}.zip")
+        os.replace(built, final)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(build)
+    _ZIP_CACHE[dest] = final
+    return final
+
+
+def _build_zip(path: str) -> str:
+    try:
+        from airflow_tpc.spark import py_files_zip
+    except ImportError:  # job-side helpers not installed: same layout, built here
+        py_files_zip = None
     if py_files_zip is not None:
-        result = py_files_zip(path)
-        _ZIP_CACHE[path] = str(result or path)
-        return _ZIP_CACHE[path]
+        return str(py_files_zip(path) or path)
     root = Path(__file__).resolve().parent.parent  # .../airflow_tpc
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         for file in sorted(root.rglob("*.py")):
             rel = file.relative_to(root.parent)
             if rel.parts[1] == "airflow" or "__pycache__" in rel.parts:
                 continue
-            zf.write(file, rel.as_posix())
-    os.replace(tmp, path)
-    _ZIP_CACHE[path] = path
+            info = zipfile.ZipInfo(rel.as_posix(), date_time=(1980, 1, 1, 0, 0, 0))
+            zf.writestr(info, file.read_bytes(), zipfile.ZIP_DEFLATED)
     return path
 
 
