@@ -147,3 +147,50 @@ def test_admin_dag_status_and_abort(airflow_db, tmp_path):
     assert "STATE success" in out.stdout, out.stderr[-3000:]
     [info] = sink.describe("2026-07-01")
     assert info.state is TxnState.ABORTED and info.staging_files == 0
+
+
+def test_approval_gate_abort_choice_aborts(dagbag, api_client, data_root):
+    """The optional HITL gate: a person answers "Abort" through Airflow's HITL REST API
+    (what the Required Actions UI calls); the pre-committed attempt is thrown away."""
+    import threading
+    import time
+
+    from airflow import settings
+    from airflow.models.taskinstance import TaskInstance
+    from sqlalchemy import select
+
+    from .helpers import day, states
+
+    admin = {"Authorization": f"Bearer {_token('admin')}"}
+    answered: list[int] = []
+
+    def answer() -> None:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and not answered:
+            with settings.Session() as session:
+                ti = session.scalar(select(TaskInstance).where(
+                    TaskInstance.dag_id == "tpc_it_gate", TaskInstance.task_id == "events.approve",
+                    TaskInstance.state == "awaiting_input"))
+                run_id = ti.run_id if ti is not None else None
+            if run_id:
+                r = api_client.patch(
+                    f"/api/v2/dags/tpc_it_gate/dagRuns/{run_id}/taskInstances/events.approve/-1"
+                    "/hitlDetails", json={"chosen_options": ["Abort"]}, headers=admin)
+                answered.append(r.status_code)
+                return
+            time.sleep(0.5)
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    dr = dagbag.get_dag("tpc_it_gate").test(logical_date=day("2026-06-10"),
+                                            run_conf={"rows": 300})
+    thread.join(5)
+    assert answered == [200], answered
+    st = states(dr)
+    assert st["approve"] == "success" and st["abort_rejected"] == "success", st
+    assert st["commit"] == "skipped" and st["committed"] == "skipped", st
+    sink = Sink(os.path.join(data_root, "gate_target"), "tpc_it_gate")
+    [info] = sink.describe("2026-06-10")
+    assert info.state is TxnState.ABORTED and info.staging_files == 0
+    assert "rejected" in info.reason
+    assert sink.committed_files() == {}
