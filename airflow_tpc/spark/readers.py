@@ -60,18 +60,13 @@ def _read_spark(spark: Any, fmt: str, base: str, files: list[str], options: dict
     return spark.read.format(fmt).options(basePath=base, **options).load(files)
 
 
-def _read_arrow(spark: Any, fmt: str, base: str, files: list[str], sink: Sink,
+def _read_arrow(spark: Any, fmt: str, base: str, files: list[str],
                 storage_options: dict[str, Any] | None) -> Any:
+    """Driver-side read of one group of files (stores Spark cannot read here)."""
     import fsspec
     import pyarrow.dataset as ds
 
-    opts: dict[str, Any] = {}
-    so = {**_credentials_from_env(), **(storage_options or {})}
-    for key in ("key", "secret", "token", "endpoint_url"):
-        if so.get(key):
-            opts[key] = so[key]
-    if so.get("region_name"):
-        opts["client_kwargs"] = {"region_name": so["region_name"]}
+    opts = _fsspec_opts(storage_options)
     fs, root = fsspec.core.url_to_fs(base, use_listings_cache=False, **opts)
     paths = [fsspec.core.url_to_fs(u, **opts)[1] for u in files]
     dataset = ds.dataset(paths, format=fmt, filesystem=fs,
@@ -81,7 +76,7 @@ def _read_arrow(spark: Any, fmt: str, base: str, files: list[str], sink: Sink,
 
 
 def _read_groups(spark: Any, fmt: str, groups: list[tuple[str, list[str], dict[str, Any]]],
-                 target: str, sink: Sink, storage_options: dict[str, Any] | None,
+                 target: str, storage_options: dict[str, Any] | None,
                  options: dict[str, str], schema: Any) -> Any:
     from pyspark.sql import functions as F
 
@@ -91,7 +86,7 @@ def _read_groups(spark: Any, fmt: str, groups: list[tuple[str, list[str], dict[s
         if remote:
             if fmt not in ("parquet", "orc", "csv", "json"):
                 raise TpcError(f"format {fmt!r} cannot be read from S3 here")
-            df = _read_arrow(spark, fmt, base, files, sink, storage_options)
+            df = _read_arrow(spark, fmt, base, files, storage_options)
         else:
             df = _read_spark(spark, fmt, base, files, options)
         for name, value in extra.items():
@@ -154,7 +149,7 @@ def read_committed(spark: Any, target: str, *, epochs: Iterable[str] | None = No
             groups.append((base, files, {"epoch": epoch}))
     log.info("read_committed %s: %d epoch(s), %d file(s)", sink.target, len(committed),
              sum(len(v) for v in committed.values()))
-    return _read_groups(spark, format, groups, target, sink, storage_options, options or {},
+    return _read_groups(spark, format, groups, target, storage_options, options or {},
                         schema)
 
 
@@ -194,7 +189,7 @@ def read_uncommitted(spark: Any, target: str, *, epochs: Iterable[str] | None = 
         files = [sink.storage.uri(i.path) for i in staged.values()]
         groups.append((base, files, {"epoch": info.epoch, "attempt": info.attempt,
                                      "tpc_state": str(info.state)}))
-    return _read_groups(spark, format, groups, target, sink, storage_options, options or {},
+    return _read_groups(spark, format, groups, target, storage_options, options or {},
                         None)
 
 
