@@ -56,6 +56,8 @@ NAMESPACE = "bench"
 EPOCH = "2026-01-01"
 S3_CREDS = {"key": "testing", "secret": "testing-secret-key", "region_name": "us-east-1"}
 _BLOCK = os.urandom(4096)
+#: For moto's own API on 127.0.0.1: never through an HTTP proxy from the environment.
+_LOCAL_HTTP = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 # ----------------------------------------------------------------- helpers
@@ -88,6 +90,16 @@ def fmt_s(seconds: float) -> str:
 
 def fmt_ratio(num: float, den: float) -> str:
     return f"{num / den:.2f}x" if den > 0 else "n/a"
+
+
+def ratios(num: list[float], den: list[float]) -> str:
+    """Ratio of the medians, and the paired ratio: the median of per-repetition ratios.
+
+    Both sides of a pair ran in the same repetition, back to back, so the paired
+    ratio cancels slow drifts in machine load.
+    """
+    paired = median([a / b for a, b in zip(num, den, strict=True) if b > 0])
+    return f"{fmt_ratio(median(num), median(den))} (paired {paired:.2f}x)"
 
 
 def fmt_bytes(n: float) -> str:
@@ -180,7 +192,7 @@ def run_v1(pool: FilePool, base: str) -> tuple[float, float]:
 def tpc_staged(pool: FilePool, base: str, verify: str) -> Iterator[tuple[Sink, Transaction]]:
     """A new sink, ``begin()`` done and the pool's files in the attempt's staging.
 
-    On exit the published files go back to the pool.
+    After the caller's commit, the published files go back to the pool.
     """
     sink = Sink(os.path.join(base, f"tpc_{verify}"), NAMESPACE,
                 config=SinkConfig(verify=verify, copy_workers=16))
@@ -188,11 +200,7 @@ def tpc_staged(pool: FilePool, base: str, verify: str) -> Iterator[tuple[Sink, T
     pool.move_to(sink.layout.staging(txn.epoch, txn.attempt))
     flush_page_cache_writes()
     yield sink, txn
-    published = sink.layout.published_dir(EPOCH)
-    if os.path.isdir(published):
-        pool.take_back(published, (MANIFEST_NAME, PUBLISHED_MARKER))
-    else:  # not committed (an error above): the files are still in staging
-        pool.take_back(sink.layout.staging(txn.epoch, txn.attempt), (MANIFEST_NAME,))
+    pool.take_back(sink.layout.published_dir(EPOCH), (MANIFEST_NAME, PUBLISHED_MARKER))
 
 
 def run_tpc(pool: FilePool, base: str, verify: str) -> tuple[float, float]:
@@ -267,7 +275,9 @@ def profile_local_commit(pool: FilePool, workdir: str, top: int = 10) -> list[Pr
         where = filename
         if filename.startswith(str(ROOT)):
             where = os.path.relpath(filename, ROOT)
-        elif "site-packages" in filename or "/lib/python" in filename:
+        elif "site-packages" in filename:
+            where = "site-packages/" + os.path.basename(filename)
+        elif "/lib/python" in filename:
             where = "stdlib/" + os.path.basename(filename)
         label = f"{func} ({where}:{line})" if where != "~" else func
         rows.append((label, ncalls, tottime, cumtime))
@@ -295,7 +305,7 @@ def moto_server() -> Iterator[str]:
         deadline = time.monotonic() + 30
         while True:
             try:
-                with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1):
+                with _LOCAL_HTTP.open(f"{endpoint}/moto-api/", timeout=1):
                     break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
@@ -323,7 +333,7 @@ def s3_client(endpoint: str) -> Any:
 def moto_reset(endpoint: str) -> None:
     """Drop every bucket in the server so each run starts from the same state."""
     req = urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")
-    with urllib.request.urlopen(req, timeout=30):
+    with _LOCAL_HTTP.open(req, timeout=30):
         pass
 
 
@@ -334,20 +344,37 @@ class S3Result:
     precommit: dict[int, list[float]] = field(default_factory=dict)
     commit: dict[int, list[float]] = field(default_factory=dict)
     copies: dict[int, list[float]] = field(default_factory=dict)
+    calls: dict[int, dict[str, list[float]]] = field(default_factory=dict)
 
 
-def _instrument_copies(sink: Sink, sink_times: list[float]) -> None:
-    """Record how long the storage's copy_many (the copies alone) takes."""
-    storage = sink.storage
-    original = storage.copy_many
+STORAGE_CALLS = ("list", "list_dirs", "read_bytes", "read_versioned", "put", "put_if_absent",
+                 "put_if_version", "copy_many", "delete_files")
 
-    @functools.wraps(original)
-    def copy_many(*args: Any, **kwargs: Any) -> Any:
-        t, result = timed(lambda: original(*args, **kwargs))
-        sink_times.append(t)
-        return result
 
-    storage.copy_many = copy_many  # type: ignore[method-assign]
+def instrument(storage: Any) -> dict[str, list[float]]:
+    """Count and time the calls of a sink's storage: method -> [calls, seconds].
+
+    Wraps the methods on this one instance (calls a method makes to another,
+    e.g. ``delete_prefix`` listing first, are counted too); clear the dict to reset.
+    """
+    calls: dict[str, list[float]] = {}
+
+    def wrap(name: str) -> None:
+        original = getattr(storage, name)
+
+        @functools.wraps(original)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            t, result = timed(lambda: original(*args, **kwargs))
+            entry = calls.setdefault(name, [0, 0.0])
+            entry[0] += 1
+            entry[1] += t
+            return result
+
+        setattr(storage, name, wrapper)
+
+    for name in STORAGE_CALLS:
+        wrap(name)
+    return calls
 
 
 def bench_s3(endpoint: str, sizes: list[int], reps: int, workers: list[int],
@@ -374,15 +401,16 @@ def bench_s3(endpoint: str, sizes: list[int], reps: int, workers: list[int],
                     list(pool.map(lambda i, p=prefix, b=bucket: client.put_object(
                         Bucket=b, Key=f"{p}/{file_name(i)}", Body=_BLOCK[: file_size(i)]),
                         range(n)))
-                copy_times: list[float] = []
-                _instrument_copies(sink, copy_times)
+                calls = instrument(sink.storage)
                 t_pre, _ = timed(lambda s=sink, t=txn: s.precommit(t))
+                calls.clear()
                 t_commit, result = timed(lambda s=sink, t=txn: s.commit(t))
-                assert result.outcome == "committed", result.outcome
-                assert len(sink.committed_files()[EPOCH]) == n
+                res.calls[w] = {k: list(v) for k, v in calls.items()}  # last rep's are kept
+                if result.outcome != "committed" or len(sink.committed_files()[EPOCH]) != n:
+                    raise RuntimeError(f"S3 commit of {n} files did not publish them")
                 res.precommit[w].append(t_pre)
                 res.commit[w].append(t_commit)
-                res.copies[w].append(sum(copy_times))
+                res.copies[w].append(res.calls[w].get("copy_many", [0, 0.0])[1])
             log(f"  s3 n={n:>5} rep {rep + 1}/{reps}: " + ", ".join(
                 f"workers={w} {fmt_s(res.commit[w][-1])}" for w in workers))
         results.append(res)
@@ -524,7 +552,10 @@ def render(args: argparse.Namespace, info: dict[str, str], local: list[LocalResu
                 "re-list and verify staging (`verify=\"size\"`: sizes; `\"checksum\"`: also "
                 "re-hash every file), write the decision record (the commit point, fsynced), "
                 "promote by one directory rename, write the published record.",
-                "- **ratio** = v1 renames / tpc commit: above 1x the tpc commit is faster.",
+                "- **ratio** = v1 renames / tpc commit: above 1x the tpc commit is faster. "
+                "First the ratio of the medians, then the *paired* ratio: the median over "
+                "repetitions of (v1 / tpc) measured back to back in the same repetition, which "
+                "cancels slow drifts in machine load.",
                 ""]
         rows = []
         for r in local:
@@ -532,10 +563,10 @@ def render(args: argparse.Namespace, info: dict[str, str], local: list[LocalResu
                          fmt_s(median(r.v1_total)),
                          fmt_s(median(r.precommit["size"] + r.precommit["checksum"])),
                          fmt_s(median(r.commit["size"])),
-                         fmt_ratio(median(r.v1_rename), median(r.commit["size"])),
+                         ratios(r.v1_rename, r.commit["size"]),
                          fmt_s(median(r.commit["checksum"])),
-                         fmt_ratio(median(r.v1_rename), median(r.commit["checksum"])),
-                         fmt_ratio(median(r.commit["checksum"]), median(r.commit["size"]))])
+                         ratios(r.v1_rename, r.commit["checksum"]),
+                         ratios(r.commit["checksum"], r.commit["size"])])
         out += [table(["files", "reps", "v1 renames", "v1 incl. cleanup", "tpc precommit",
                        "tpc commit (size)", "ratio v1/tpc (size)", "tpc commit (checksum)",
                        "ratio v1/tpc (checksum)", "checksum/size"], rows), ""]
@@ -568,7 +599,8 @@ def render(args: argparse.Namespace, info: dict[str, str], local: list[LocalResu
                 "no real S3 latency: on AWS each copy takes tens of ms, so parallelism matters "
                 "more there). Files are staged with `put_object`, then `sink.precommit(txn)` "
                 "(listing; the ETag is the checksum) and `sink.commit(txn)` are timed; "
-                "`verify=\"checksum\"` (the default; ETags come with the listing). "
+                "`verify=\"checksum\"` (the default; ETags come with the listing). Ratios as in "
+                "section 1 (of the medians, then paired). "
                 "**copies** is the time inside `storage.copy_many` alone (server-side "
                 "`CopyObject` per file); the rest of commit is listings, the decision "
                 "record, the marker's compare-and-swap and deleting the staged objects.", ""]
@@ -579,8 +611,8 @@ def render(args: argparse.Namespace, info: dict[str, str], local: list[LocalResu
                          fmt_s(median(r.precommit[w1] + r.precommit[wn])),
                          fmt_s(median(r.commit[w1])), fmt_s(median(r.copies[w1])),
                          fmt_s(median(r.commit[wn])), fmt_s(median(r.copies[wn])),
-                         fmt_ratio(median(r.commit[w1]), median(r.commit[wn])),
-                         fmt_ratio(median(r.copies[w1]), median(r.copies[wn]))])
+                         ratios(r.commit[w1], r.commit[wn]),
+                         ratios(r.copies[w1], r.copies[wn])])
         w1, wn = min(s3[0].commit), max(s3[0].commit)
         out += [table(["files", "reps", "precommit", f"commit, copy_workers={w1}",
                        "of which copies", f"commit, copy_workers={wn}", "of which copies",
@@ -589,6 +621,17 @@ def render(args: argparse.Namespace, info: dict[str, str], local: list[LocalResu
         rows = [[f"{r.n:,}", spread(r.commit[w1]), spread(r.commit[wn])] for r in s3]
         out += [table(["files", f"commit, copy_workers={w1}", f"commit, copy_workers={wn}"],
                       rows), ""]
+        big = s3[-1]
+        calls = big.calls.get(wn, {})
+        if calls:
+            out += [f"Storage calls made by one commit ({big.n:,} files, copy_workers={wn}, "
+                    "last repetition; `list` is a paged recursive listing, `copy_many` all "
+                    "the copies):", ""]
+            rows = [[f"`{name}`", f"{int(c)}", fmt_s(t)]
+                    for name, (c, t) in sorted(calls.items(), key=lambda kv: -kv[1][1])]
+            rows.append(["total in storage calls", "", fmt_s(sum(t for _, t in calls.values()))])
+            rows.append(["whole commit (this repetition)", "", fmt_s(big.commit[wn][-1])])
+            out += [table(["storage method", "calls", "time"], rows), ""]
 
     if mem:
         out += ["## 3. Memory and record sizes vs files (local store, verify=\"size\")", "",
