@@ -14,7 +14,6 @@ import json
 import os
 import tempfile
 import uuid
-import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +24,7 @@ from airflow.sdk import Asset, BaseOperator
 from airflow_tpc import DeliveryGuarantee, InvalidState, SinkConfig, Transaction, TxnState
 from airflow_tpc.airflow.hooks import TXN_XCOM_KEY, TpcHook, check_public
 from airflow_tpc.airflow.links import ManifestLink, TransactionLink
+from airflow_tpc.faults import crashpoint
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 SPARK_CONF_KEY = "spark.airflow_tpc.txn"
 #: XCom key of the commit operator's summary.
 COMMIT_XCOM_KEY = "tpc_commit"
+#: Task state store key: the commit (txn id + digest) whose Asset event a try of this
+#: task instance already handed to Airflow (see CommitOperator._should_emit).
+EVENT_STATE_KEY = "airflow_tpc.asset_event"
 #: Default epoch: the run's data interval, so a scheduled run, a manual rerun and a
 #: backfill of the same interval all address the same epoch (reprocessing replaces).
 DEFAULT_EPOCH = "{{ (data_interval_start or logical_date or dag_run.run_after) | ds }}"
@@ -66,21 +69,9 @@ def package_zip(dest_dir: str | None = None) -> str:
 
 
 def _build_zip(path: str) -> str:
-    try:
-        from airflow_tpc.spark import py_files_zip
-    except ImportError:  # job-side helpers not installed: same layout, built here
-        py_files_zip = None
-    if py_files_zip is not None:
-        return str(py_files_zip(path) or path)
-    root = Path(__file__).resolve().parent.parent  # .../airflow_tpc
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for file in sorted(root.rglob("*.py")):
-            rel = file.relative_to(root.parent)
-            if rel.parts[1] == "airflow" or "__pycache__" in rel.parts:
-                continue
-            info = zipfile.ZipInfo(rel.as_posix(), date_time=(1980, 1, 1, 0, 0, 0))
-            zf.writestr(info, file.read_bytes(), zipfile.ZIP_DEFLATED)
-    return path
+    from airflow_tpc.spark import py_files_zip
+
+    return str(py_files_zip(path) or path)
 
 
 def job_payload(txn: Transaction, *, guarantee: str, promotion: str,
@@ -258,6 +249,7 @@ class CommitOperator(_TpcMixin, BaseOperator):
         before = {i.attempt: i for i in sink.describe(txn.epoch)}.get(txn.attempt)
         was_published = bool(before and before.published)
         result = sink.commit(txn, expected_digest=pointer["digest"], force=self.force)
+        crashpoint("commit_task.after_commit")
         manifest = result.manifest
         summary = {"outcome": result.outcome, "txn_id": txn.txn_id, "epoch": txn.epoch,
                    "attempt": txn.attempt, "digest": manifest.digest,
@@ -266,12 +258,13 @@ class CommitOperator(_TpcMixin, BaseOperator):
                    "rolled_forward": [list(x) for x in result.rolled_forward]}
         context["ti"].xcom_push(key=COMMIT_XCOM_KEY, value=summary)
         ManifestLink.persist(context, pointer.get("manifest_uri"))
-        if result.outcome == "superseded" or was_published:
-            # Nothing new became visible: a later attempt owns the epoch, or this commit
-            # was already carried out. No Asset event, so downstream does not re-run.
-            self.log.info("%s: %s; no new data published, no Asset event", txn.txn_id,
+        event_id = f"{txn.txn_id}@{manifest.digest}"
+        if not self._should_emit(context, result.outcome, was_published, event_id):
+            # Nothing new became visible: a later attempt owns the epoch, or a successful
+            # try of this task already announced this commit. No second Asset event.
+            self.log.info("%s: %s; no Asset event", txn.txn_id,
                           "superseded by a later attempt" if result.outcome == "superseded"
-                          else "already committed and published (no-op)")
+                          else "already committed, published and announced (no-op)")
             self.outlets = []
             return summary
         self.log.info("%s %s: %d files, %d bytes, %s rows%s", txn.txn_id, result.outcome,
@@ -283,7 +276,44 @@ class CommitOperator(_TpcMixin, BaseOperator):
         for outlet in self.outlets:
             if isinstance(outlet, Asset):
                 context["outlet_events"][outlet].extra = dict(extra)
+        self._remember_event(context, event_id)
         return summary
+
+    def _should_emit(self, context: Context, outcome: str, was_published: bool,
+                     event_id: str) -> bool:
+        """Whether this try announces the commit with an Asset event.
+
+        Airflow records outlet events only when the try *succeeds*.  So a try that
+        published the epoch and then failed (killed, lost its API server) announced
+        nothing, and the next try must — although for the ledger the commit is
+        already done.  The task state store (it survives retries and clears) holds
+        the commit a try last announced: a rerun after a success finds it and stays
+        quiet; a rerun after a failed try does not, and emits.  Without a state store
+        (Airflow < 3.3) "published before this try" stands in for "announced".
+        """
+        if outcome == "superseded":
+            return False
+        if not was_published:
+            return True  # this try made the data visible (or rolled it forward)
+        store = context.get("task_state_store")
+        if store is None:
+            return False
+        try:
+            return store.get(EVENT_STATE_KEY) != event_id
+        except Exception as exc:  # an unreachable store: prefer a duplicate to a lost event
+            self.log.warning("Could not read the task state store (%s): emitting the Asset "
+                             "event again; downstream may run twice on the same data", exc)
+            return True
+
+    def _remember_event(self, context: Context, event_id: str) -> None:
+        store = context.get("task_state_store")
+        if store is None:
+            return
+        try:
+            store.set(EVENT_STATE_KEY, event_id)
+        except Exception as exc:  # a rerun would then announce once more: harmless
+            self.log.warning("Could not record the Asset event in the task state store: %s",
+                             exc)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """Output dataset + statistics for OpenLineage (only if that provider is installed)."""

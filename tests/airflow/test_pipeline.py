@@ -20,7 +20,6 @@ from airflow_tpc import Sink, TxnState
 from .helpers import (
     asset_events,
     day,
-    find_run,
     published,
     queued_for,
     read_rows,
@@ -203,35 +202,48 @@ def test_sensor_marked_failed_aborts(dag, sink, target):
     assert "2026-03-05" not in read_rows(target)
 
 
-def test_commit_killed_mid_promotion_then_rerun_converges(dag, sink, target, airflow_db,
-                                                          asset_uri):
-    """A real process kill (os._exit) inside the commit task, between the directory swap
-    and the published record; re-running the commit task rolls forward."""
+@pytest.mark.parametrize(("crash_at", "epoch"), [("promote.after_swap", "2026-03-06"),
+                                                  ("commit_task.after_commit", "2026-03-07")])
+def test_commit_killed_then_rerun_converges_and_announces_once(dag, sink, target, airflow_db,
+                                                               asset_uri, crash_at, epoch):
+    """A real process kill (os._exit) inside the commit task, then the commit task rerun.
+
+    ``promote.after_swap``: between the directory swap and the published record; the
+    rerun rolls forward.  ``commit_task.after_commit``: the commit finished (published)
+    but the try died before Airflow recorded its success, so no Asset event was
+    recorded; the rerun is a no-op for the data and must still announce it, once.  A
+    further rerun after that success announces nothing.
+    """
     script = (
         "import sys; from airflow.dag_processing.dagbag import DagBag\n"
         f"sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})\n"
         "from tests.airflow.helpers import day\n"
         f"bag = DagBag(dag_folder={str(Path(__file__).parent / 'dags')!r})\n"
-        f"bag.get_dag({DAG_ID!r}).test(logical_date=day('2026-03-06'), run_conf={{'rows': 1000}})\n"
+        f"bag.get_dag({DAG_ID!r}).test(logical_date=day({epoch!r}), run_conf={{'rows': 1000}})\n"
     )
-    env = {**os.environ, "AIRFLOW_TPC_CRASH_AT": "promote.after_swap"}
+    n_events = len(asset_events(asset_uri))
+    env = {**os.environ, "AIRFLOW_TPC_CRASH_AT": crash_at}
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 137, proc.stderr[-3000:]
-    info = _info(sink, "2026-03-06")
-    assert info[1].state is TxnState.COMMITTED and not info[1].published  # decided, unfinished
+    info = _info(sink, epoch)
+    assert info[1].state is TxnState.COMMITTED
+    assert info[1].published is (crash_at == "commit_task.after_commit")
+    assert len(asset_events(asset_uri)) == n_events  # the killed try announced nothing
     from airflow import settings
     from airflow.models.dagrun import DagRun
     from sqlalchemy import select
     with settings.Session() as session:
         run_id = session.scalar(select(DagRun.run_id).where(
-            DagRun.dag_id == DAG_ID, DagRun.logical_date == day("2026-03-06")))
-    n_events = len(asset_events(asset_uri))
+            DagRun.dag_id == DAG_ID, DagRun.logical_date == day(epoch)))
     dr = rerun_tasks(dag, run_id, ["commit"])
     assert states(dr)["commit"] == "success", states(dr)
-    info = _info(sink, "2026-03-06")
+    info = _info(sink, epoch)
     assert info[1].published and info[1].staging_files == 0
-    assert read_rows(target)["2026-03-06"] == 1000
+    assert read_rows(target)[epoch] == 1000
     events = asset_events(asset_uri)[n_events:]
-    assert [e["txn_id"] for e in events] == [f"{NS}/2026-03-06/1"]  # published now: one event
-    assert find_run(DAG_ID, run_id) is not None
+    assert [e["txn_id"] for e in events] == [f"{NS}/{epoch}/1"]  # announced now: once
+    dr = rerun_tasks(dag, run_id, ["commit"])  # a rerun after that success: silent
+    assert states(dr)["commit"] == "success", states(dr)
+    assert len(asset_events(asset_uri)) == n_events + 1
+    assert read_rows(target)[epoch] == 1000
