@@ -43,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         s3_target, s3_options = (stack.enter_context(moto_s3()) if args.s3 else (None, None))
         spark = make_spark()
         stack.callback(spark.stop)
+        # the injected task failures make Spark log a stack trace each; they are expected
+        spark.sparkContext.setLogLevel("FATAL")
         soak = Soak(spark, workdir, epochs=args.epochs, seed=args.seed, s3_target=s3_target,
                     s3_options=s3_options, s3_share=args.s3_share,
                     echo=print if args.verbose else None)

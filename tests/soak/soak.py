@@ -25,9 +25,11 @@ import logging
 import os
 import random
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,15 +37,19 @@ from typing import Any
 from airflow_tpc import Sink
 from airflow_tpc.errors import TpcError
 from airflow_tpc.faults import InjectedCrash, armed
-from airflow_tpc.promote import staging_dirs
+from airflow_tpc.promote import read_marker, staging_dirs
 from airflow_tpc.spark import CONF_KEY, JobTransaction, build_payload, current_transaction
+from airflow_tpc.transaction import Transaction
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "soak"
 
 #: The fault kinds drawn per epoch.  ``recover`` is periodic, not drawn.
 KINDS = ("job_failure", "sensor_timeout", "commit_crash", "manual_abort", "clear_rerun",
-         "zombie")
+         "zombie", "concurrent")
+#: Kinds that are not combined in one epoch (a crash point is armed process-wide, so a
+#: commit crash would also hit the other run of a concurrent race).
+EXCLUSIVE = (("commit_crash", "concurrent"),)
 #: Crash points a commit passes, per store (tests/core/test_crashpoints.py checks
 #: these lists against the code; a point that is never passed would inject nothing).
 COMMIT_CRASH_POINTS = {
@@ -52,6 +58,25 @@ COMMIT_CRASH_POINTS = {
     "s3": ["commit.before_decision", "commit.after_decision", "promote.before_copy",
            "promote.before_marker", "promote.before_cleanup", "commit.before_published"],
 }
+#: How two runs of one epoch overlap (``concurrent``), used round-robin in a seeded order:
+#: - begin_race: both runs begin at once, their Spark jobs write at the same time, then
+#:   both seal and commit; whoever got the lower attempt is fenced;
+#: - commit_vs_rerun: run 1 is pre-committed; its commit races run 2 (begin, job,
+#:   pre-commit, commit) from another thread, free interleaving;
+#: - held: like commit_vs_rerun, but run 1's commit is held at a protocol step (a gate on
+#:   a crash point) until run 2 has committed: the TOCTOU windows, every time.
+RACES = ("begin_race", "commit_vs_rerun", "held")
+#: Steps where run 1's commit may be held.  Locally only steps outside the promotion
+#: flock (holding it would just block run 2's promotion until the hold times out).
+HOLD_POINTS = {
+    "local": ["commit.before_decision", "commit.after_decision", "commit.before_published"],
+    "s3": ["commit.before_decision", "commit.after_decision", "promote.before_copy",
+           "promote.before_marker", "promote.before_cleanup", "commit.before_published"],
+}
+#: The losing run of a race computes from a different (stale) input version, so its
+#: rows can never be mistaken for the winner's if they leak.
+STALE = 300
+RACE_TIMEOUT = 300.0
 COUNTRIES = ("AR", "BR", "DE", "FR", "IN", "JP", "NG", "US")
 SCHEMA = "event_id long, country string, user_id long, amount long"
 Row = tuple[str, int, int, int]  # (country, events, amount, users): one output row
@@ -90,10 +115,26 @@ def make_spark() -> Any:
     return spark
 
 
-def tune_session(spark: Any) -> None:
-    """Session-level settings the soak relies on (also when it reuses a session)."""
-    spark.conf.set("spark.sql.shuffle.partitions", "2")
-    spark.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
+_TUNED = {"spark.sql.shuffle.partitions": "2", "spark.sql.execution.arrow.pyspark.enabled": "true"}
+
+
+def tune_session(spark: Any) -> dict[str, str | None]:
+    """Session-level settings the soak relies on (also when it reuses a session).
+
+    Returns the previous values, for :func:`restore_session`.
+    """
+    saved = {k: spark.conf.get(k, None) for k in _TUNED}
+    for key, value in _TUNED.items():
+        spark.conf.set(key, value)
+    return saved
+
+
+def restore_session(spark: Any, saved: dict[str, str | None]) -> None:
+    for key, value in saved.items():
+        if value is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, value)
 
 
 # -------------------------------------------------------------------- the data
@@ -152,6 +193,8 @@ class Counts:
     in_flight: int = 0
     faults: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     crash_points: dict[str, int] = field(default_factory=dict)
+    races: dict[str, int] = field(default_factory=dict)
+    race_losers: dict[str, int] = field(default_factory=dict)
     attempts: int = 0
     reruns: int = 0
     commits: int = 0
@@ -168,10 +211,14 @@ class Counts:
         return {k: (dict(v) if isinstance(v, dict) else v) for k, v in self.__dict__.items()}
 
     def render(self) -> str:
-        lines = [f"epochs            {self.epochs} (+{self.in_flight} left in flight)",
+        lines = [f"epochs            {self.epochs} (+{self.in_flight} attempts left in flight)",
                  "faults injected   " + ", ".join(f"{k}={v}" for k, v in self.faults.items()),
                  "commit crashes at " + (", ".join(f"{k}={v}" for k, v in
-                                                   sorted(self.crash_points.items())) or "-")]
+                                                   sorted(self.crash_points.items())) or "-"),
+                 "races             " + (", ".join(f"{k}={v}" for k, v in
+                                                   sorted(self.races.items())) or "-"),
+                 "race losers       " + (", ".join(f"{k}={v}" for k, v in
+                                                   sorted(self.race_losers.items())) or "-")]
         for key in ("attempts", "reruns", "commits", "commit_retries", "aborts", "refusals",
                     "recovers", "rolled_forward", "given_up", "epochs_committed",
                     "violations"):
@@ -186,6 +233,24 @@ class EpochModel:
     target: str                          # "local" or "s3"
     version: int = 0                     # current input version (bumped by clear_rerun)
     committed: tuple[int, int] | None = None   # (attempt, input version) of the last commit
+
+
+@dataclass
+class RunOutcome:
+    """How one of two concurrent runs of an epoch ended."""
+
+    name: str
+    attempt: int | None = None
+    outcome: str = ""                    # CommitResult.outcome when the commit returned
+    error: BaseException | None = None   # what refused or failed it otherwise
+
+
+def is_refusal(exc: BaseException) -> bool:
+    """A refusal by the protocol (fencing, decided, conflict), also when Spark wraps it."""
+    if isinstance(exc, (TpcError, InjectedCrash)):
+        return True
+    text = str(exc)
+    return any(w in text for w in ("Fenced", "refused", "zombie", "ABORTED", "decided"))
 
 
 @dataclass
@@ -225,7 +290,15 @@ class Soak:
         self.counts = Counts()
         self.violations: list[str] = []
         self.model: dict[str, EpochModel] = {}
-        tune_session(spark)
+        self._lock = threading.Lock()       # the session conf and the counts, across threads
+        races = list(RACES)
+        random.Random(f"races/{seed}").shuffle(races)
+        self._races = races                 # round-robin: every kind of race early on
+        self._saved_conf = tune_session(spark)
+
+    def close(self) -> None:
+        """Give the (possibly shared) Spark session its settings back."""
+        restore_session(self.spark, self._saved_conf)
 
     # -- plumbing ---------------------------------------------------------------
     def sink(self, kind: str) -> Sink:
@@ -260,21 +333,42 @@ class Soak:
             faults = [k for k in KINDS if rng.random() < self.fault_rate]
             if i < len(forced) and forced[i] not in faults:
                 faults.append(forced[i])
+            for pair in EXCLUSIVE:
+                if all(k in faults for k in pair):
+                    keep = forced[i] if i < len(forced) and forced[i] in pair else rng.choice(pair)
+                    faults = [k for k in faults if k not in pair or k == keep]
             out.append((self.epoch_name(i), "s3" if i in s3_epochs else "local",
                         sorted(faults, key=KINDS.index)))
         return out
 
     # -- the job side ---------------------------------------------------------------
-    def start_job(self, kind: str, epoch: str) -> JobTransaction:
+    def start_job(self, kind: str, epoch: str, run: str | None = None) -> JobTransaction:
         """Submit operator + job start: begin, pass the payload by conf, job finds it."""
-        txn = self.sink(kind).begin(epoch, owner={"soak_seed": self.seed})
-        self.counts.attempts += 1
-        self.spark.conf.set(CONF_KEY, build_payload(
-            txn, storage_options=self.s3_options if kind == "s3" else None))
-        try:
-            return current_transaction(self.spark)
-        finally:
-            self.spark.conf.unset(CONF_KEY)
+        return self.job_for(kind, self.begin(kind, epoch, run))
+
+    def begin(self, kind: str, epoch: str, run: str | None = None) -> Transaction:
+        """The submit operator's begin (thread-safe: concurrent runs race here for real)."""
+        owner: dict[str, Any] = {"soak_seed": self.seed}
+        if run:
+            owner["run"] = run
+        txn = self.sink(kind).begin(epoch, owner=owner)
+        with self._lock:
+            self.counts.attempts += 1
+        return txn
+
+    def job_for(self, kind: str, txn: Transaction) -> JobTransaction:
+        """The job starting: it finds its transaction in the Spark conf.
+
+        The conf is the session's, so concurrent runs hand over one at a time; the job
+        itself (``current_transaction`` checks the ledger) may already be fenced.
+        """
+        with self._lock:
+            self.spark.conf.set(CONF_KEY, build_payload(
+                txn, storage_options=self.s3_options if kind == "s3" else None))
+            try:
+                return current_transaction(self.spark)
+            finally:
+                self.spark.conf.unset(CONF_KEY)
 
     def write(self, kind: str, job: JobTransaction, df: Any, *, fail: bool = False) -> None:
         """Write ``df`` into the job's staging; ``fail`` makes a Spark task die mid-write."""
@@ -310,16 +404,12 @@ class Soak:
         """``fn`` must be refused (fencing/decided); if it succeeds, that is a violation."""
         try:
             fn()
-        except (TpcError, InjectedCrash) as exc:
-            self.counts.refusals += 1
-            log.info("refused as it must be: %s: %s", what, exc)
-            return
         except Exception as exc:  # noqa: BLE001 - Spark wraps errors of its Python workers
-            text = str(exc)
-            if any(w in text for w in ("Fenced", "refused", "zombie", "ABORTED", "decided")):
+            if is_refusal(exc):
                 self.counts.refusals += 1
+                log.info("refused as it must be: %s: %s", what, exc)
                 return
-            self.violation(f"{what}: failed for an unexpected reason: {text[:300]}")
+            self.violation(f"{what}: failed for an unexpected reason: {str(exc)[:300]}")
             return
         self.violation(f"{what} was NOT refused")
 
@@ -418,12 +508,17 @@ class Soak:
         digest = self.run_full_job(kind, job, epoch, m.version)
         self.commit(kind, job, digest, crash)
         m.committed = (job.attempt, m.version)
-        if zombie is not None:
-            self.refused(f"late commit of zombie {zombie.txn_id}",
-                         lambda: self.sink(kind).commit(zombie.txn))
-            # and it still writes: leftovers only, which recover must clean
-            with contextlib.suppress(Exception):
-                self.write(kind, zombie, self.job_output(epoch, m.version + 200))
+        self.zombie_wakes_late(kind, epoch, zombie)
+
+    def zombie_wakes_late(self, kind: str, epoch: str, zombie: JobTransaction | None) -> None:
+        """After the epoch committed: the zombie's commit is refused; its writes linger."""
+        if zombie is None:
+            return
+        self.refused(f"late commit of zombie {zombie.txn_id}",
+                     lambda: self.sink(kind).commit(zombie.txn))
+        # and it still writes: leftovers only, which recover must clean
+        with contextlib.suppress(Exception):
+            self.write(kind, zombie, self.job_output(epoch, self.model[epoch].version + 200))
 
     def start_zombie(self, kind: str, epoch: str) -> JobTransaction:
         """Two runs of the same epoch: the first one's job will be the zombie."""
@@ -450,6 +545,167 @@ class Soak:
                   f" (during {current})")
         self.good_attempt(m.target, epoch)
 
+    # -- two runs of one epoch at the same time --------------------------------------------
+    def concurrent(self, kind: str, epoch: str) -> None:
+        """Two runs of ``epoch`` overlap for real, from two threads of this process.
+
+        Spark takes jobs from several threads of one session, so both runs' jobs write
+        at the same time; the ledger and the stores see two committers.  The schedule
+        (which race, which step a commit is held at) comes from the seed; the thread
+        interleaving may vary, the outcome may not: the higher attempt is published
+        with its own input, the lower one is refused (fenced) or, if its commit was
+        decided before the higher attempt began, superseded — never visible.
+        """
+        self.counts.faults["concurrent"] += 1
+        m = self.model[epoch]
+        race = self._races[(self.counts.faults["concurrent"] - 1) % len(self._races)]
+        point = self.rng.choice(HOLD_POINTS[kind]) if race == "held" else None
+        label = f"held@{point}" if point else race
+        self.counts.races[label] = self.counts.races.get(label, 0) + 1
+        self.echo(f"  concurrent runs of {epoch}: {label}")
+        if race == "begin_race":
+            low, high = self._begin_race(kind, epoch, m.version)
+        else:
+            low, high = self._commit_race(kind, epoch, m.version, point)
+        self.counts.reruns += 1
+        self._judge_race(kind, epoch, label, low, high)
+
+    def _both(self, first: Callable[[], RunOutcome], second: Callable[[], RunOutcome]
+              ) -> tuple[RunOutcome, RunOutcome]:
+        """Run two runs in two threads; an exception escaping a run is its outcome."""
+        def guarded(fn: Callable[[], RunOutcome], name: str) -> RunOutcome:
+            try:
+                return fn()
+            except BaseException as exc:  # noqa: BLE001 - judged by the caller
+                return RunOutcome(name, error=exc)
+
+        with ThreadPoolExecutor(2, thread_name_prefix="soak-run") as pool:
+            a = pool.submit(guarded, first, "run1")
+            b = pool.submit(guarded, second, "run2")
+            return a.result(), b.result()
+
+    def _begin_race(self, kind: str, epoch: str, version: int
+                    ) -> tuple[RunOutcome, RunOutcome]:
+        """Both runs begin at once and write at once; the lower attempt must be fenced."""
+        go = threading.Barrier(2, timeout=RACE_TIMEOUT)
+        begun = threading.Barrier(2, timeout=RACE_TIMEOUT)
+        attempts: dict[str, int] = {}
+
+        def run(name: str) -> RunOutcome:
+            out = RunOutcome(name)
+            try:
+                go.wait()
+                txn = self.begin(kind, epoch, run=name)
+            except BaseException:
+                begun.abort()
+                raise
+            out.attempt = attempts[name] = txn.attempt
+            job = None
+            try:
+                job = self.job_for(kind, txn)     # may already be fenced: fails at start
+            except Exception as exc:  # noqa: BLE001
+                out.error = exc
+            begun.wait()                          # both attempts exist from here on
+            if job is None:
+                return out
+            top = max(attempts.values())
+            try:
+                # data chosen by rank, so the expected target is the same on every replay
+                digest = self.run_full_job(kind, job, epoch,
+                                           version if job.attempt == top else version + STALE)
+                out.outcome = self.sink(kind).commit(job.txn, expected_digest=digest).outcome
+            except Exception as exc:  # noqa: BLE001
+                out.error = exc
+            return out
+
+        a, b = self._both(lambda: run("run1"), lambda: run("run2"))
+        return (a, b) if (a.attempt or 0) < (b.attempt or 0) else (b, a)
+
+    def _commit_race(self, kind: str, epoch: str, version: int, point: str | None
+                     ) -> tuple[RunOutcome, RunOutcome]:
+        """Run 1 (pre-committed) commits while run 2 runs its whole attempt.
+
+        With ``point``, run 1's commit stops at that step until run 2 has committed.
+        """
+        first = self.start_job(kind, epoch, run="run1")
+        digest1 = self.run_full_job(kind, first, epoch, version + STALE)
+        reached, release = threading.Event(), threading.Event()
+        holder: list[threading.Thread] = []
+
+        def gate(_name: str) -> None:
+            if holder and threading.current_thread() is holder[0]:
+                reached.set()
+                if not release.wait(RACE_TIMEOUT):
+                    log.error("held commit of %s was never released", first.txn_id)
+
+        def run1() -> RunOutcome:
+            holder.append(threading.current_thread())
+            out = RunOutcome("run1", first.attempt)
+            try:
+                out.outcome = self.sink(kind).commit(first.txn, expected_digest=digest1).outcome
+            except Exception as exc:  # noqa: BLE001
+                out.error = exc
+            finally:
+                reached.set()
+            return out
+
+        def run2() -> RunOutcome:
+            out = RunOutcome("run2")
+            try:
+                if point:
+                    reached.wait(RACE_TIMEOUT)
+                job = self.start_job(kind, epoch, run="run2")
+                out.attempt = job.attempt
+                digest = self.run_full_job(kind, job, epoch, version)
+                out.outcome = self.sink(kind).commit(job.txn, expected_digest=digest).outcome
+            except Exception as exc:  # noqa: BLE001
+                out.error = exc
+            finally:
+                release.set()
+            return out
+
+        with armed(point, gate) if point else contextlib.nullcontext():
+            low, high = self._both(run1, run2)
+        return low, high
+
+    def _judge_race(self, kind: str, epoch: str, label: str, low: RunOutcome,
+                    high: RunOutcome) -> None:
+        """The higher attempt must have committed; the lower one must not have won."""
+        m = self.model[epoch]
+        if low.attempt is None or high.attempt is None or low.attempt >= high.attempt:
+            self.violation(f"{epoch} {label}: attempts {low.attempt}/{high.attempt} of the two "
+                           f"runs are not two distinct numbers ({low.error or high.error})")
+            return
+        if high.error is not None or high.outcome != "committed":
+            self.violation(f"{epoch} {label}: the higher attempt {high.attempt} did not commit: "
+                           f"{high.outcome or type(high.error).__name__}: "
+                           f"{str(high.error)[:300]}")
+            # what the commit task's retry would do; the checker judges the result
+            with contextlib.suppress(Exception):
+                sink = self.sink(kind)
+                if sink.commit(sink.transaction(epoch, high.attempt)).outcome in (
+                        "committed", "already_committed"):
+                    m.committed = (high.attempt, m.version)
+            return
+        m.committed = (high.attempt, m.version)
+        self.counts.commits += 1
+        if low.error is not None:
+            verdict = "refused" if is_refusal(low.error) else "failed"
+            if verdict == "failed":
+                # a loser may also just crash (e.g. its staging removed under its job)
+                log.warning("%s %s: lower attempt %d failed: %s", epoch, label, low.attempt,
+                            str(low.error)[:300])
+        elif low.outcome in ("committed", "already_committed", "superseded"):
+            verdict = "superseded"   # decided before the higher attempt began: legal
+            self.counts.commits += 1
+        else:
+            verdict = f"unexpected:{low.outcome}"
+            self.violation(f"{epoch} {label}: lower attempt {low.attempt} ended {low.outcome!r}")
+        self.counts.race_losers[verdict] = self.counts.race_losers.get(verdict, 0) + 1
+        if verdict == "refused":
+            self.counts.refusals += 1
+        self.echo(f"    attempt {high.attempt} committed; attempt {low.attempt}: {verdict}")
+
     # -- one epoch ----------------------------------------------------------------------
     def run_epoch(self, epoch: str, kind: str, faults: list[str]) -> None:
         self.counts.epochs += 1
@@ -467,8 +723,9 @@ class Soak:
             self.manual_abort(kind, epoch, m.version)
             failed_first = True
         if failed_first:
-            # (never when a clear+rerun is due: it needs a committed epoch to exist)
-            if "clear_rerun" not in faults and self.rng.random() < self.give_up_rate:
+            # (never when a later step of this epoch is drawn: it would not be injected)
+            if not {"clear_rerun", "commit_crash", "concurrent"} & set(faults) \
+                    and self.rng.random() < self.give_up_rate:
                 # the DAG run fails for good: whatever is open is aborted, nothing published
                 self.counts.given_up += 1
                 latest = self.sink(kind).latest_transaction(epoch)
@@ -481,7 +738,11 @@ class Soak:
                 self.clear_rerun_if(faults, epoch)
                 return
             self.counts.reruns += 1
-        self.good_attempt(kind, epoch, crash="commit_crash" in faults, zombie=zombie)
+        if "concurrent" in faults:
+            self.concurrent(kind, epoch)
+            self.zombie_wakes_late(kind, epoch, zombie)
+        else:
+            self.good_attempt(kind, epoch, crash="commit_crash" in faults, zombie=zombie)
         self.clear_rerun_if(faults, epoch)
 
     def clear_rerun_if(self, faults: list[str], epoch: str) -> None:
@@ -493,6 +754,26 @@ class Soak:
             report = self.sink(kind).recover()
             self.counts.rolled_forward += len(report.rolled_forward)
         self.counts.recovers += 1
+
+    def leave_in_flight(self, n: int) -> None:
+        """Work that is pre-committed but never committed, so it must stay invisible.
+
+        One new epoch (local); and per target, a rerun of a committed epoch with new
+        input, sealed and awaiting its commit: readers must still see the old output.
+        """
+        tail = self.epoch_name(n)
+        self.model[tail] = EpochModel("local")
+        self.run_full_job("local", self.start_job("local", tail), tail, 0)
+        self.counts.in_flight += 1
+        for kind in self.targets:
+            done = sorted(e for e, m in self.model.items()
+                          if m.target == kind and m.committed is not None)
+            if done:
+                epoch = self.rng.choice(done)
+                job = self.start_job(kind, epoch)
+                self.run_full_job(kind, job, epoch, self.model[epoch].version + 1)
+                self.counts.in_flight += 1
+                self.echo(f"in flight: {job.txn_id} ({kind}), pre-committed, not committed")
 
     # -- the whole run ----------------------------------------------------------------
     def run(self) -> SoakResult:
@@ -506,17 +787,13 @@ class Soak:
                 self.violation(f"epoch {epoch}: unexpected {type(exc).__name__}: {exc}")
             if (i + 1) % self.recover_every == 0:
                 self.recover_all()
-        # one more epoch stays in flight (pre-committed, never committed): must be invisible
-        tail = self.epoch_name(len(schedule))
-        self.model[tail] = EpochModel("local")
-        job = self.start_job("local", tail)
-        self.run_full_job("local", job, tail, 0)
-        self.counts.in_flight = 1
+        self.leave_in_flight(len(schedule))
         self.recover_all()  # the final restore: finishes every decided commit
         self.violations.extend(check(self.spark, {k: self.sink(k) for k in self.targets},
                                      self.model, self.seed, self.s3_options))
         self.counts.epochs_committed = sum(m.committed is not None for m in self.model.values())
         self.counts.violations = len(self.violations)
+        self.close()
         return SoakResult(self.counts, list(self.violations), self.model,
                           {k: self.sink(k) for k in self.targets}, time.monotonic() - start)
 
@@ -581,7 +858,61 @@ def check(spark: Any, sinks: dict[str, Sink], model: dict[str, EpochModel], seed
             bad.append(f"{kind} committed_files failed: {exc}")
         if kind == "local":
             bad += _check_plain_local(spark, sink, want)
+        bad += _check_published_folders(kind, sink)
         bad += _check_ledger(kind, sink, model)
+    return bad
+
+
+def is_hidden(relpath: str) -> bool:
+    """Hidden from Hadoop/Spark readers: a path component starting with ``_`` or ``.``."""
+    return any(part.startswith(("_", ".")) for part in relpath.split("/"))
+
+
+def _check_published_folders(kind: str, sink: Sink) -> list[str]:
+    """What a plain lister of ``<target>/epoch=*/`` finds == what the markers list.
+
+    On S3 this is the plain reader's view (``ListObjectsV2``), which read_committed
+    never looks at: a stray, missing or resized file, or an epoch folder with
+    visible files but no published marker, is found here.
+    """
+    storage, layout = sink.storage, sink.layout
+    bad: list[str] = []
+    for name in sorted(storage.list_dirs(layout.root)):
+        if not name.startswith("epoch="):
+            continue
+        epoch = name[len("epoch="):]
+        folder = layout.published_dir(epoch)
+        prefix = folder.rstrip("/") + "/"
+        found = {o.path[len(prefix):]: o.size for o in storage.list(folder)}
+        visible = {p: size for p, size in found.items() if not is_hidden(p)}
+        try:
+            marker = read_marker(layout, epoch)
+        except TpcError as exc:
+            bad.append(f"{kind} target: epoch {epoch}: {exc}")
+            continue
+        if marker is None:
+            if visible:
+                bad.append(f"{kind} target: epoch {epoch} has {len(visible)} visible file(s) "
+                           "but no published marker: uncommitted data visible to plain "
+                           f"readers (e.g. {sorted(visible)[0]})")
+            continue
+        listed = {}
+        for entry in marker["files"]:
+            path = entry["path"]
+            if "://" not in path and path.startswith(name + "/"):  # "manifest" mode: elsewhere
+                listed[path[len(name) + 1:]] = entry["size"]
+        stray = sorted(set(visible) - set(listed))
+        missing = sorted(set(listed) - set(found))
+        resized = sorted(p for p in set(listed) & set(found) if listed[p] != found[p])
+        if stray:
+            bad.append(f"{kind} target: epoch {epoch} has {len(stray)} stray file(s) its "
+                       f"marker (attempt {marker['attempt']}) does not list: {stray[:3]}")
+        if missing:
+            bad.append(f"{kind} target: epoch {epoch} is missing {len(missing)} file(s) its "
+                       f"marker (attempt {marker['attempt']}) lists: {missing[:3]}")
+        if resized:
+            bad.append(f"{kind} target: epoch {epoch} has {len(resized)} file(s) whose size "
+                       f"differs from its marker: {resized[:3]}")
     return bad
 
 
