@@ -115,7 +115,8 @@ class Manifest:
         return body
 
     def to_json_bytes(self) -> bytes:
-        return json.dumps(self.to_dict(), sort_keys=True, indent=1).encode()
+        """The manifest file's bytes: compact JSON (the digest never depends on layout)."""
+        return canonical_json(self.to_dict())
 
     @classmethod
     def build(cls, *, namespace: str, target: str, epoch: str, attempt: int, staging: str,

@@ -93,7 +93,10 @@ class EpochMachine(RuleBasedStateMachine):
         except (InjectedCrash, FencedError, InvalidState, ManifestError):
             pass
         if self._decided_now(txn):
-            self.decided.setdefault(txn.epoch, {})[txn.attempt] = self.written.get(txn.txn_id, [])
+            # What was staged when the decision was first made: files written into a
+            # decided attempt's staging later are not part of its manifest.
+            self.decided.setdefault(txn.epoch, {}).setdefault(
+                txn.attempt, self.written.get(txn.txn_id, []))
 
     @rule(data=st.data(), crash=st.booleans())
     def abort(self, data, crash):
