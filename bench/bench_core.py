@@ -12,9 +12,13 @@ runs are never compared):
 1. local commit of one epoch vs Spark's FileOutputCommitter v1 job commit
    (one ``os.rename`` per file out of ``_temporary``);
 2. S3 (moto server on 127.0.0.1) promotion with parallel vs sequential copies;
-3. memory (tracemalloc peak) and record sizes vs the number of files.
+3. memory (tracemalloc peak), record sizes and the XCom pointer the
+   PrecommitSensor pushes, vs the number of files.
 
-The results are printed and written as markdown to ``docs/benchmarks.md``.
+The results are printed and written as markdown to ``docs/benchmarks.md`` (with
+the Summary of both benchmarks at its top), plots to ``docs/img/`` and every
+timing to ``bench/results/core.json``. ``scripts/bench.sh`` runs this and
+``bench_spark.py`` in one go.
 Nothing here asserts on a time: this is a measurement, not a test.
 """
 
@@ -23,9 +27,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import dataclasses
 import datetime as _dt
 import functools
 import io
+import json
 import os
 import platform
 import pstats
@@ -50,13 +56,19 @@ from airflow_tpc import Sink, SinkConfig, Transaction
 from airflow_tpc.ledger import PUBLISHED_MARKER
 from airflow_tpc.manifest import MANIFEST_NAME
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import plotting  # noqa: E402  (bench/plotting.py)
+import summary  # noqa: E402  (bench/summary.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUTPUT = ROOT / "docs" / "benchmarks.md"
+RESULTS = ROOT / "bench" / "results" / "core.json"
 NAMESPACE = "bench"
 EPOCH = "2026-01-01"
 S3_CREDS = {"key": "testing", "secret": "testing-secret-key", "region_name": "us-east-1"}
 _BLOCK = os.urandom(4096)
 #: For moto's own API on 127.0.0.1: never through an HTTP proxy from the environment.
+XCOM_MARK = "XCOM-PROBE "  # reply lines of bench/xcom_probe.py
 _LOCAL_HTTP = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
@@ -419,6 +431,54 @@ def bench_s3(endpoint: str, sizes: list[int], reps: int, workers: list[int],
 
 
 # ---------------------------------------------------------- 3. memory and sizes
+class XComProbe:
+    """``PrecommitSensor._pointer`` run in ``bench/xcom_probe.py``, a separate process.
+
+    Started on first use (so its Airflow import overlaps no timed call), kept for
+    the run, stopped by :meth:`close`. Airflow is never imported in this process.
+    """
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[str] | None = None
+        self.errors = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed in close())
+
+    def pointer(self, target: str, txn: Transaction) -> dict[str, Any]:
+        """The sensor's pointer for a pre-committed ``txn``: {pointer, json_bytes, seconds}
+        or {error}."""
+        if self.proc is None:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(Path(__file__).with_name("xcom_probe.py"))],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors, text=True,
+                env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                    [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])})
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        # What the submit task pushes (StagedSparkSubmitOperator.execute) and the sensor pulls.
+        doc = {**txn.to_dict(), "storage_conn_id": None, "storage_options": {}}
+        try:
+            self.proc.stdin.write(json.dumps({"target": target, "namespace": NAMESPACE,
+                                              "txn": doc}) + "\n")
+            self.proc.stdin.flush()
+            for line in self.proc.stdout:
+                if line.startswith(XCOM_MARK):
+                    return dict(json.loads(line[len(XCOM_MARK):]))
+        except OSError as exc:
+            return {"error": f"probe process: {exc}"}
+        self.errors.seek(0)
+        return {"error": "probe process ended: " + self.errors.read()[-500:]}
+
+    def close(self) -> None:
+        if self.proc is not None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+        self.errors.close()
+
+
 @dataclass
 class MemResult:
     n: int
@@ -428,11 +488,18 @@ class MemResult:
     marker_bytes: int
     precommit_peak: int
     commit_peak: int
+    #: len(json.dumps(pointer)) of the PrecommitSensor's XCom; None if Airflow is missing.
+    xcom_bytes: int | None = None
+    #: seconds of PrecommitSensor._pointer (re-load, read and validate the manifest).
+    pointer_s: float | None = None
+    xcom_error: str | None = None
+    xcom_pointer: dict[str, Any] | None = None
 
 
-def bench_memory(pool: FilePool, workdir: str, log: Callable[[str], None]) -> MemResult:
-    """Benchmark 3: tracemalloc peak of precommit/commit and record sizes (local store)."""
-    base = tempfile.mkdtemp(prefix=f"mem-{pool.n}-", dir=workdir)
+def bench_memory(pool: FilePool, workdir: str, log: Callable[[str], None],
+                 probe: XComProbe | None = None) -> MemResult:
+    """Benchmark 3: tracemalloc peak of precommit/commit, record sizes, the XCom pointer."""
+    base = tempfile.mkdtemp(prefix=f"mem-{pool.n:06d}-", dir=workdir)
     with tpc_staged(pool, base, "size") as (sink, txn):
         tracemalloc.start()
         try:
@@ -441,6 +508,13 @@ def bench_memory(pool: FilePool, workdir: str, log: Callable[[str], None]) -> Me
             pre_peak = tracemalloc.get_traced_memory()[1]
             manifest_bytes = os.path.getsize(
                 os.path.join(sink.layout.staging(txn.epoch, txn.attempt), MANIFEST_NAME))
+        finally:
+            tracemalloc.stop()
+        # Between pre-commit and commit, as in the DAG: the sensor validates and pushes.
+        xcom = probe.pointer(os.path.join(base, "tpc_size"), txn) if probe else \
+            {"error": "not measured"}
+        tracemalloc.start()
+        try:
             tracemalloc.reset_peak()
             sink.commit(txn)
             commit_peak = tracemalloc.get_traced_memory()[1]
@@ -449,10 +523,12 @@ def bench_memory(pool: FilePool, workdir: str, log: Callable[[str], None]) -> Me
         decision = sink.layout.record(txn.epoch, txn.attempt, "decision")
         res = MemResult(pool.n, sum(file_size(i) for i in range(pool.n)), manifest_bytes,
                         os.path.getsize(decision), os.path.getsize(sink.layout.marker(EPOCH)),
-                        pre_peak, commit_peak)
+                        pre_peak, commit_peak, xcom.get("json_bytes"), xcom.get("seconds"),
+                        xcom.get("error"), xcom.get("pointer"))
     shutil.rmtree(base)
     log(f"  memory n={pool.n:>6}: commit peak {fmt_bytes(res.commit_peak)}, decision "
-        f"{fmt_bytes(res.decision_bytes)}")
+        f"{fmt_bytes(res.decision_bytes)}, XCom pointer "
+        + (f"{res.xcom_bytes} B" if res.xcom_bytes is not None else f"n/a ({res.xcom_error})"))
     return res
 
 
@@ -487,6 +563,11 @@ def machine_info(workdir: str) -> dict[str, str]:
     with contextlib.suppress(OSError, subprocess.CalledProcessError):
         commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                                 capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--",
+                                "airflow_tpc"], capture_output=True, text=True,
+                               check=True).stdout.strip()
+        if dirty:
+            commit += " + uncommitted changes in airflow_tpc/"
     import boto3
     import moto
 
@@ -510,17 +591,30 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def image(plots: dict[str, str], key: str, alt: str, skipped: str | None) -> list[str]:
+    """Markdown for one plot (``plots``: key -> path relative to the report); or why none."""
+    if key in plots:
+        return [f"![{alt}]({plots[key]})", ""]
+    return [f"*(Plot skipped: {skipped})*", ""] if skipped else []
+
+
 def render(args: argparse.Namespace, info: dict[str, str], local: list[LocalResult],
            profile: list[ProfileRow], profile_n: int, s3: list[S3Result],
-           mem: list[MemResult], elapsed: float) -> str:
+           mem: list[MemResult], elapsed: float, summary_block: str = "",
+           plots: dict[str, str] | None = None, plots_skipped: str | None = None) -> str:
     """The markdown report."""
-    command = ".venv/bin/python bench/bench_core.py" + (" --quick" if args.quick else "")
-    out = ["# Benchmarks of the transaction core", "",
-           "Generated by `bench/bench_core.py`; do not edit by hand, run it again "
-           "(see `bench/README.md`).", "",
-           f"Command: `{command}` ({'quick' if args.quick else 'full'} mode, "
-           f"{elapsed:.0f} s wall).", "",
-           "| Machine | |", "|---|---|"]
+    plots = plots or {}
+    out = ["# Benchmarks", "",
+           "Generated by `scripts/bench.sh` (which runs `bench/bench_core.py` for this page "
+           "and `bench/bench_spark.py` for [bench-spark.md](bench-spark.md)); do not edit "
+           "by hand, run it again (see `bench/README.md`).", ""]
+    if summary_block:
+        out += [summary_block, ""]
+    out += ["## The transaction core", "",
+            f"Command: `{command_line(args)}` ({'quick' if args.quick else 'full'} mode, "
+            f"{elapsed:.0f} s wall). The Spark end-to-end benchmark is in "
+            "[bench-spark.md](bench-spark.md).", "",
+            "| Machine | |", "|---|---|"]
     out += [f"| {k} | {v} |" for k, v in info.items()]
     loads = [float(v.split(" / ")[0]) for k, v in info.items()
              if k.startswith("Load average") and v != "unknown"]
@@ -552,9 +646,10 @@ def render(args: argparse.Namespace, info: dict[str, str], local: list[LocalResu
                 "re-list and verify staging (`verify=\"size\"`: sizes; `\"checksum\"`: also "
                 "re-hash every file), write the decision record (the commit point, fsynced), "
                 "promote by one directory rename, write the published record.",
-                "- **ratio** = v1 renames / tpc commit: above 1x the tpc commit is faster. "
+                "- **ratio** = tpc commit / v1 renames: the time the tpc commit takes in "
+                "multiples of v1's (below 1x the tpc commit is faster). "
                 "First the ratio of the medians, then the *paired* ratio: the median over "
-                "repetitions of (v1 / tpc) measured back to back in the same repetition, which "
+                "repetitions of (tpc / v1) measured back to back in the same repetition, which "
                 "cancels slow drifts in machine load.",
                 ""]
         rows = []
@@ -563,13 +658,13 @@ def render(args: argparse.Namespace, info: dict[str, str], local: list[LocalResu
                          fmt_s(median(r.v1_total)),
                          fmt_s(median(r.precommit["size"] + r.precommit["checksum"])),
                          fmt_s(median(r.commit["size"])),
-                         ratios(r.v1_rename, r.commit["size"]),
+                         ratios(r.commit["size"], r.v1_rename),
                          fmt_s(median(r.commit["checksum"])),
-                         ratios(r.v1_rename, r.commit["checksum"]),
+                         ratios(r.commit["checksum"], r.v1_rename),
                          ratios(r.commit["checksum"], r.commit["size"])])
         out += [table(["files", "reps", "v1 renames", "v1 incl. cleanup", "tpc precommit",
-                       "tpc commit (size)", "ratio v1/tpc (size)", "tpc commit (checksum)",
-                       "ratio v1/tpc (checksum)", "checksum/size"], rows), ""]
+                       "tpc commit (size)", "ratio tpc/v1 (size)", "tpc commit (checksum)",
+                       "ratio tpc/v1 (checksum)", "checksum/size"], rows), ""]
         out += ["Per-file cost (median commit time / files):", ""]
         rows = [[f"{r.n:,}", f"{median(r.v1_rename) / r.n * 1e6:,.1f} µs",
                  f"{median(r.commit['size']) / r.n * 1e6:,.1f} µs",
@@ -581,6 +676,9 @@ def render(args: argparse.Namespace, info: dict[str, str], local: list[LocalResu
                  spread(r.commit["checksum"])] for r in local]
         out += [table(["files", "v1 renames", "tpc commit (size)", "tpc commit (checksum)"],
                       rows), ""]
+        out += image(plots, "local", "Local commit time vs files: v1 renames, tpc commit "
+                     "(size, checksum) and precommit, log-log; and the paired ratio tpc/v1",
+                     plots_skipped)
     if profile:
         total = sum(p[2] for p in profile)
         out += [f"### Where a local commit spends its time ({profile_n:,} files, "
@@ -632,28 +730,83 @@ def render(args: argparse.Namespace, info: dict[str, str], local: list[LocalResu
             rows.append(["total in storage calls", "", fmt_s(sum(t for _, t in calls.values()))])
             rows.append(["whole commit (this repetition)", "", fmt_s(big.commit[wn][-1])])
             out += [table(["storage method", "calls", "time"], rows), ""]
+        out += image(plots, "s3", "S3 commit time, copy_workers=1 vs 16, with the share of "
+                     "the copies", plots_skipped)
 
     if mem:
-        out += ["## 3. Memory and record sizes vs files (local store, verify=\"size\")", "",
+        out += ["## 3. Memory, record and XCom sizes vs files (local store, verify=\"size\")",
+                "",
                 "tracemalloc peak of the Python heap during one `precommit()` and one "
                 "`commit()` (allocations by Python code only; the peak is above what was "
                 "already allocated when the call began). The decision record embeds the "
                 "whole manifest (it is the commit point and must be self-sufficient), and the "
-                "published marker lists every file again for readers.", ""]
+                "published marker lists every file again for readers.",
+                "",
+                "**XCom pointer** is what `PrecommitSensor` pushes as its XCom "
+                "(`len(json.dumps(pointer))`), from the real code path: "
+                "`PrecommitSensor._pointer` called on the pre-committed transaction, between "
+                "`precommit()` and `commit()` as in the DAG, in a separate Python process "
+                "(`bench/xcom_probe.py`) so that Airflow's import weighs on none of the "
+                "timings here. **sensor validation** is the time of that call: re-load the "
+                "transaction from the ledger, read and validate the manifest (digest, every "
+                "entry).", ""]
         rows = []
         for m in mem:
             rows.append([f"{m.n:,}", fmt_bytes(m.staged_bytes), fmt_bytes(m.manifest_bytes),
                          f"{m.manifest_bytes / m.n:,.0f} B", fmt_bytes(m.decision_bytes),
                          f"{m.decision_bytes / m.n:,.0f} B", fmt_bytes(m.marker_bytes),
+                         f"{m.xcom_bytes:,} B" if m.xcom_bytes is not None else "n/a",
+                         fmt_s(m.pointer_s) if m.pointer_s is not None else "n/a",
                          fmt_bytes(m.precommit_peak), fmt_bytes(m.commit_peak),
                          f"{m.commit_peak / m.n / 1024:,.2f} KiB"])
         out += [table(["files", "data staged", "manifest", "manifest / file",
                        "decision record", "decision / file", "published marker",
-                       "precommit peak", "commit peak", "commit peak / file"], rows), ""]
+                       "XCom pointer", "sensor validation", "precommit peak", "commit peak",
+                       "commit peak / file"], rows), ""]
+        errors = sorted({m.xcom_error for m in mem if m.xcom_error})
+        if errors:
+            out += ["XCom pointer not measured: " + "; ".join(errors), ""]
+        sample = next((m for m in reversed(mem) if m.xcom_pointer), None)
+        if sample is not None:
+            out += [f"The pointer at {sample.n:,} files (its `manifest_uri` names the "
+                    "target's path, here a temporary directory: a longer target path makes "
+                    "it longer by as many bytes):", "", "```json",
+                    json.dumps(sample.xcom_pointer, indent=1), "```", ""]
+        out += image(plots, "memory", "Manifest, decision record, published marker and XCom "
+                     "pointer sizes vs files; precommit and commit heap peaks vs files",
+                     plots_skipped)
     return "\n".join(out).rstrip() + "\n"
 
 
 # ----------------------------------------------------------------------- main
+def command_line(args: argparse.Namespace) -> str:
+    """The command as a reader would type it (defaults left out)."""
+    cmd = ".venv/bin/python bench/bench_core.py" + (" --quick" if args.quick else "")
+    if args.reps:
+        cmd += f" --reps {args.reps}"
+    for o in args.only or []:
+        cmd += f" --only {o}"
+    return cmd
+
+
+def results(args: argparse.Namespace, info: dict[str, str], local: list[LocalResult],
+            profile: list[ProfileRow], profile_n: int, s3: list[S3Result],
+            mem: list[MemResult], elapsed: float, load_start: float,
+            load_end: float) -> dict[str, Any]:
+    """Everything measured, as saved in bench/results/core.json (plots and summary use it)."""
+    return {
+        "schema": 1, "command": command_line(args), "mode": "quick" if args.quick else "full",
+        "elapsed_s": elapsed, "load_start": round(load_start, 2), "load_end": round(load_end, 2),
+        "info": {**info, "cores": os.cpu_count()},
+        "local": [dataclasses.asdict(r) for r in local],
+        "profile": {"n": profile_n, "rows": [list(p) for p in profile]},
+        "s3": [{"n": r.n, "reps": r.reps,
+                **{k: {str(w): v for w, v in getattr(r, k).items()}
+                   for k in ("precommit", "commit", "copies", "calls")}} for r in s3],
+        "memory": [dataclasses.asdict(m) for m in mem],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
@@ -667,6 +820,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=None,
                         help="repetitions per case (default 3 quick, 5 full; at most 3 for "
                         "100,000 files)")
+    parser.add_argument("--results", default=str(RESULTS),
+                        help="JSON of every measurement (default: bench/results/core.json); "
+                        "written with the markdown")
+    parser.add_argument("--no-plots", action="store_true",
+                        help="tables only (plots also skip themselves without matplotlib)")
     args = parser.parse_args(argv)
     only = set(args.only or ["local", "s3", "memory"])
 
@@ -679,7 +837,9 @@ def main(argv: list[str] | None = None) -> int:
     profile_n = 10_000
 
     started = time.perf_counter()
+    load_start = os.getloadavg()[0]
     workdir = tempfile.mkdtemp(prefix="tpc-bench-", dir=args.workdir)
+    probe = XComProbe() if "memory" in only else None
     local: list[LocalResult] = []
     profile: list[ProfileRow] = []
     s3: list[S3Result] = []
@@ -690,7 +850,7 @@ def main(argv: list[str] | None = None) -> int:
             log("1. local commit vs FileOutputCommitter v1" if "local" in only else
                 "3. memory and record sizes")
             for n in local_sizes:
-                size_dir = tempfile.mkdtemp(prefix=f"n{n}-", dir=workdir)
+                size_dir = tempfile.mkdtemp(prefix=f"n{n:06d}-", dir=workdir)
                 pool = FilePool(size_dir, n)
                 if "local" in only:
                     local.append(bench_local(pool, size_dir, min(reps, 3) if n >= 100_000
@@ -698,7 +858,7 @@ def main(argv: list[str] | None = None) -> int:
                     if n == profile_n:
                         profile = profile_local_commit(pool, size_dir)
                 if "memory" in only:
-                    mem.append(bench_memory(pool, size_dir, log))
+                    mem.append(bench_memory(pool, size_dir, log, probe))
                 shutil.rmtree(size_dir)
             log(f"   ({time.perf_counter() - started:.0f} s so far)")
         if "s3" in only:
@@ -707,13 +867,33 @@ def main(argv: list[str] | None = None) -> int:
                 s3 = bench_s3(endpoint, s3_sizes, reps, [1, 16], log)
             log(f"   ({time.perf_counter() - started:.0f} s so far)")
     finally:
+        if probe is not None:
+            probe.close()
         shutil.rmtree(workdir, ignore_errors=True)
     info["Load average (1/5/15 min) at end"] = load_average()
-    report = render(args, info, local, profile, profile_n, s3, mem,
-                    time.perf_counter() - started)
+    elapsed = time.perf_counter() - started
+    data = results(args, info, local, profile, profile_n, s3, mem, elapsed, load_start,
+                   os.getloadavg()[0])
+    plots: dict[str, str] = {}
+    skipped = "--no-plots" if args.no_plots else plotting.unavailable()
+    summary_block = ""
+    if args.output != "-":
+        out = Path(args.output)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        Path(args.results).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.results).write_text(json.dumps(data, indent=1) + "\n")
+        log(f"results saved to {args.results}")
+        if not skipped:
+            drawn = plotting.plot_core(data, out.parent / "img")
+            plots = {k: os.path.relpath(v, out.parent) for k, v in drawn.items()}
+            log("plots: " + ", ".join(str(v) for v in drawn.values()))
+        else:
+            log(f"plots skipped: {skipped}")
+        summary_block = summary.render(data, summary.load("spark"))
+    report = render(args, info, local, profile, profile_n, s3, mem, elapsed, summary_block,
+                    plots, skipped)
     print(report)
     if args.output != "-":
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(report)
         log(f"written to {args.output}")
     return 0
