@@ -82,14 +82,20 @@ def _rel_to_root(layout: Layout, path: str) -> str:
     return path[len(root):] if path.startswith(root) else layout.storage.uri(path)
 
 
-def promote(layout: Layout, manifest: Manifest, mode: str) -> bool:
+def promote(layout: Layout, manifest: Manifest, mode: str, *,
+            staging_verified: bool = False) -> bool:
     """Publish ``manifest``'s files as epoch ``manifest.epoch``; idempotent.
 
     Returns False when a higher attempt is already published (nothing to do).
+    ``staging_verified``: the caller listed staging against this manifest moments
+    ago (the commit that just wrote the decision), so the check that every staged
+    file is still there — needed when rolling forward a decision of the past — is
+    skipped: it would list staging a second time (a stat a file locally, a paged
+    LIST on S3).
     """
     with layout.storage.promotion_lock(layout.root):
         try:
-            return _promote(layout, manifest, mode)
+            return _promote(layout, manifest, mode, staging_verified)
         except StorageError:
             # A concurrent promoter may have finished (and removed staging) under us.
             current = read_marker(layout, manifest.epoch)
@@ -99,7 +105,7 @@ def promote(layout: Layout, manifest: Manifest, mode: str) -> bool:
             raise
 
 
-def _promote(layout: Layout, manifest: Manifest, mode: str) -> bool:
+def _promote(layout: Layout, manifest: Manifest, mode: str, staging_verified: bool) -> bool:
     storage = layout.storage
     epoch, attempt = manifest.epoch, manifest.attempt
     staging = layout.staging(epoch, attempt)
@@ -113,7 +119,8 @@ def _promote(layout: Layout, manifest: Manifest, mode: str) -> bool:
     if storage.atomic_dir_rename and mode == "move":
         # Serialised by promotion_lock: check-then-swap cannot interleave.
         if not done:
-            _require_staging(layout, manifest)
+            if not staging_verified:
+                _require_staging(layout, manifest)
             paths = [f"epoch={epoch}/{f.path}" for f in manifest.files]
             crashpoint("promote.before_marker")
             storage.put(storage.join(staging, PUBLISHED_MARKER),
@@ -132,7 +139,8 @@ def _promote(layout: Layout, manifest: Manifest, mode: str) -> bool:
         keep = {tagged(f.path, attempt) for f in manifest.files}
         paths = [f"epoch={epoch}/{tagged(f.path, attempt)}" for f in manifest.files]
         if not done:
-            _require_staging(layout, manifest)
+            if not staging_verified:
+                _require_staging(layout, manifest)
             sizes = {storage.join(staging, f.path): f.size for f in manifest.files}
             pairs = [(storage.join(staging, f.path), storage.join(dst, tagged(f.path, attempt)))
                      for f in manifest.files]

@@ -231,6 +231,7 @@ class Sink:
         attempts = scan.get(epoch, {})
         rec = attempts.get(txn.attempt, AttemptRecords())
         decision = self.ledger.get(epoch, txn.attempt, rec, DECISION)
+        verified = decision is None  # _decide_commit lists staging against the manifest
         if decision is None:
             manifest, won_race = self._decide_commit(txn, attempts, expected_digest, force)
             outcome = "committed" if won_race else "already_committed"
@@ -244,7 +245,7 @@ class Sink:
                 raise CommitConflict(f"{txn.txn_id} was committed with manifest {manifest.digest},"
                                      f" not {expected_digest}")
             outcome = "already_committed"
-        winner = self._finish_epoch(epoch, attempts, known=manifest)
+        winner = self._finish_epoch(epoch, attempts, known=manifest, verified=verified)
         if winner != txn.attempt:
             outcome = "superseded"
         rolled = self._roll_forward(scan, skip={epoch})
@@ -303,11 +304,12 @@ class Sink:
         return None
 
     def _finish_epoch(self, epoch: str, attempts: dict[int, AttemptRecords],
-                      known: Manifest | None = None) -> int | None:
+                      known: Manifest | None = None, verified: bool = False) -> int | None:
         """Roll the epoch forward to its winning commit and clean what it displaced.
 
         ``known``: a manifest this call already parsed from (or wrote into) a decision;
         reused when it is the winner's, as parsing 100k entries twice costs seconds.
+        ``verified``: ``known``'s staging was just listed against it (see promote).
         """
         won = self._winner(epoch, attempts)
         if won is None:
@@ -316,12 +318,14 @@ class Sink:
         rec = attempts[attempt]
         if PUBLISHED not in rec.kinds:
             raw = decision.get("manifest")
-            if known is not None and known.attempt == attempt and isinstance(raw, dict) \
-                    and raw.get("digest") == known.digest:
+            reuse = known is not None and known.attempt == attempt and isinstance(raw, dict) \
+                and raw.get("digest") == known.digest
+            if reuse:
                 manifest = known
             else:
                 manifest = Manifest.parse(raw, where=f"decision of {epoch}/{attempt}")
-            _promote.promote(self.layout, manifest, decision.get("mode", "move"))
+            _promote.promote(self.layout, manifest, decision.get("mode", "move"),
+                             staging_verified=reuse and verified)
             crashpoint("commit.before_published")
             # A fact, not a decision: a concurrent promoter's identical record is fine.
             self.ledger.create_or_get(epoch, attempt, PUBLISHED, {"published_at": time.time()})
