@@ -39,6 +39,7 @@ from airflow_tpc.errors import TpcError
 from airflow_tpc.faults import InjectedCrash, armed
 from airflow_tpc.promote import read_marker, staging_dirs
 from airflow_tpc.spark import CONF_KEY, JobTransaction, build_payload, current_transaction
+from airflow_tpc.storage import Storage, open_storage
 from airflow_tpc.transaction import Transaction
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,13 +60,16 @@ COMMIT_CRASH_POINTS = {
            "promote.before_marker", "promote.before_cleanup", "commit.before_published"],
 }
 #: How two runs of one epoch overlap (``concurrent``), used round-robin in a seeded order:
-#: - begin_race: both runs begin at once, their Spark jobs write at the same time, then
-#:   both seal and commit; whoever got the lower attempt is fenced;
+#: - begin_race: both runs begin at the same instant (the attempt numbers race), then
+#:   both jobs start, write, seal and commit; the lower attempt is fenced (its job
+#:   usually already at start: the higher attempt exists before either job starts);
+#: - parallel_jobs: run 1's job has started when run 2 begins; then both Spark jobs
+#:   write at the same time, and both seal and commit at the same time;
 #: - commit_vs_rerun: run 1 is pre-committed; its commit races run 2 (begin, job,
 #:   pre-commit, commit) from another thread, free interleaving;
 #: - held: like commit_vs_rerun, but run 1's commit is held at a protocol step (a gate on
 #:   a crash point) until run 2 has committed: the TOCTOU windows, every time.
-RACES = ("begin_race", "commit_vs_rerun", "held")
+RACES = ("begin_race", "parallel_jobs", "commit_vs_rerun", "held")
 #: Steps where run 1's commit may be held.  Locally only steps outside the promotion
 #: flock (holding it would just block run 2's promotion until the hold times out).
 HOLD_POINTS = {
@@ -287,6 +291,7 @@ class Soak:
         self.targets = {"local": str(Path(workdir).resolve() / "target")}
         if s3_target:
             self.targets["s3"] = s3_target
+        self._stores: dict[str, Storage] = {}
         self.counts = Counts()
         self.violations: list[str] = []
         self.model: dict[str, EpochModel] = {}
@@ -302,9 +307,15 @@ class Soak:
 
     # -- plumbing ---------------------------------------------------------------
     def sink(self, kind: str) -> Sink:
-        """A fresh Sink, as a new process (an operator task) would build it."""
-        return Sink(self.targets[kind], NAMESPACE,
-                    storage_options=self.s3_options if kind == "s3" else None)
+        """A fresh Sink, as a new process (an operator task) would build it.
+
+        Only the store client is shared (a boto3 client costs ~0.5 s to build, and
+        holds no state of the protocol); every Sink starts without memory.
+        """
+        if kind not in self._stores:
+            self._stores[kind] = open_storage(
+                self.targets[kind], self.s3_options if kind == "s3" else None)[0]
+        return Sink(self.targets[kind], NAMESPACE, storage=self._stores[kind])
 
     def violation(self, msg: str) -> None:
         log.error("VIOLATION: %s", msg)
@@ -565,6 +576,8 @@ class Soak:
         self.echo(f"  concurrent runs of {epoch}: {label}")
         if race == "begin_race":
             low, high = self._begin_race(kind, epoch, m.version)
+        elif race == "parallel_jobs":
+            low, high = self._parallel_jobs(kind, epoch, m.version)
         else:
             low, high = self._commit_race(kind, epoch, m.version, point)
         self.counts.reruns += 1
@@ -620,6 +633,31 @@ class Soak:
 
         a, b = self._both(lambda: run("run1"), lambda: run("run2"))
         return (a, b) if (a.attempt or 0) < (b.attempt or 0) else (b, a)
+
+    def _parallel_jobs(self, kind: str, epoch: str, version: int
+                       ) -> tuple[RunOutcome, RunOutcome]:
+        """Both jobs are live and write at once; then both seal and commit at once.
+
+        Run 1 is a job still running when run 2 (a retry, a manual run) begins: its
+        staging is written while run 2's is, and run 2's commit aborts it and removes
+        its staging while it may still be writing.
+        """
+        first = self.start_job(kind, epoch, run="run1")
+        second = self.start_job(kind, epoch, run="run2")
+        go = threading.Barrier(2, timeout=RACE_TIMEOUT)
+
+        def run(name: str, job: JobTransaction, data_version: int) -> RunOutcome:
+            out = RunOutcome(name, job.attempt)
+            try:
+                go.wait()
+                digest = self.run_full_job(kind, job, epoch, data_version)
+                out.outcome = self.sink(kind).commit(job.txn, expected_digest=digest).outcome
+            except Exception as exc:  # noqa: BLE001
+                out.error = exc
+            return out
+
+        return self._both(lambda: run("run1", first, version + STALE),
+                          lambda: run("run2", second, version))
 
     def _commit_race(self, kind: str, epoch: str, version: int, point: str | None
                      ) -> tuple[RunOutcome, RunOutcome]:

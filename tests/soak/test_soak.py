@@ -23,7 +23,7 @@ import pytest
 from airflow_tpc.promote import read_marker
 from tests.soak.soak import KINDS, RACES, Soak, check, is_hidden
 
-SEED = 17      # 9 epochs: every kind, 3 concurrent races (one of each kind), S3 in 3 epochs
+SEED = 183     # 9 epochs: every kind (also on S3), 4 concurrent races (one of each kind)
 EPOCHS = 9
 
 
