@@ -3,11 +3,12 @@
 Why: the unit suites crash each step once in isolation.  Exactly-once has to hold
 for *histories* — a job that died half way, then a retry, then a zombie of the
 first try waking up, then a clear of a committed epoch with new input, a commit
-killed between steps and finished by someone else — on real storage, with real
-Spark writing the files.  This module plays such a history, epoch after epoch,
-from one seed (so any failure is replayable), and then checks the only thing a
-user cares about: the target holds exactly the output of each epoch's last
-committed attempt, nothing of epochs that never committed, and no leftovers.
+killed between steps and finished by someone else, two runs of one epoch at the
+same time from two threads — on real storage, with real Spark writing the files.
+This module plays such a history, epoch after epoch, from one seed (so any
+failure is replayable), and then checks the only thing a user cares about: the
+target holds exactly the output of each epoch's last committed attempt, nothing
+of epochs that never committed, and no leftovers.
 
 The driver plays the Airflow roles in-process (submit operator = ``Sink.begin``
 plus handing the job its payload through the Spark conf; sensor; commit and
@@ -317,6 +318,14 @@ class Soak:
                 self.targets[kind], self.s3_options if kind == "s3" else None)[0]
         return Sink(self.targets[kind], NAMESPACE, storage=self._stores[kind])
 
+    def commit_txn(self, kind: str, txn: Transaction, digest: str | None = None) -> Any:
+        """The commit operator's call; counts epochs it rolled forward on the way
+        (decided earlier, never promoted: a lost notification)."""
+        result = self.sink(kind).commit(txn, expected_digest=digest)
+        with self._lock:
+            self.counts.rolled_forward += len(result.rolled_forward)
+        return result
+
     def violation(self, msg: str) -> None:
         log.error("VIOLATION: %s", msg)
         self.violations.append(msg)
@@ -329,8 +338,9 @@ class Soak:
         """(epoch, target kind, fault kinds) per epoch.
 
         Every kind appears at least once whatever the size: the first
-        ``len(KINDS)`` epochs each get one kind in a seeded order; then every
-        epoch draws each kind with probability ``fault_rate``.
+        ``len(KINDS)`` epochs each get one kind in a seeded order; besides, every
+        epoch draws each kind with probability ``fault_rate`` (the pairs in
+        ``EXCLUSIVE`` never together: one of them is dropped).
         """
         rng = random.Random(f"plan/{self.seed}")
         forced = list(KINDS)
@@ -468,7 +478,7 @@ class Soak:
         self.counts.aborts += 1
         # the commit task still runs (the abort raced it): it must be refused
         self.refused(f"commit of manually aborted {job.txn_id}",
-                     lambda: self.sink(kind).commit(job.txn, expected_digest=digest))
+                     lambda: self.commit_txn(kind, job.txn, digest))
 
     def commit(self, kind: str, job: JobTransaction, digest: str, crash: bool) -> None:
         """The commit operator, optionally killed at a random protocol step.
@@ -478,7 +488,7 @@ class Soak:
         next commit on the target or recover() must finish it.
         """
         if not crash:
-            result = self.sink(kind).commit(job.txn, expected_digest=digest)
+            result = self.commit_txn(kind, job.txn, digest)
             if result.outcome != "committed":
                 self.violation(f"commit of {job.txn_id}: outcome {result.outcome}")
             self.counts.commits += 1
@@ -488,7 +498,7 @@ class Soak:
         self.counts.crash_points[point] = self.counts.crash_points.get(point, 0) + 1
         try:
             with armed(point):
-                self.sink(kind).commit(job.txn, expected_digest=digest)
+                self.commit_txn(kind, job.txn, digest)
         except InjectedCrash:
             pass
         else:
@@ -499,7 +509,7 @@ class Soak:
             log.info("%s: decided at the crash, left for a later commit/recover", job.txn_id)
             return
         self.counts.commit_retries += 1
-        result = self.sink(kind).commit(job.txn, expected_digest=digest)  # the task's retry
+        result = self.commit_txn(kind, job.txn, digest)  # the task's retry
         want = "already_committed" if decided else "committed"
         if result.outcome != want:
             self.violation(f"retried commit of {job.txn_id} after a crash at {point}: "
@@ -526,7 +536,7 @@ class Soak:
         if zombie is None:
             return
         self.refused(f"late commit of zombie {zombie.txn_id}",
-                     lambda: self.sink(kind).commit(zombie.txn))
+                     lambda: self.commit_txn(kind, zombie.txn))
         # and it still writes: leftovers only, which recover must clean
         with contextlib.suppress(Exception):
             self.write(kind, zombie, self.job_output(epoch, self.model[epoch].version + 200))
@@ -626,7 +636,7 @@ class Soak:
                 # data chosen by rank, so the expected target is the same on every replay
                 digest = self.run_full_job(kind, job, epoch,
                                            version if job.attempt == top else version + STALE)
-                out.outcome = self.sink(kind).commit(job.txn, expected_digest=digest).outcome
+                out.outcome = self.commit_txn(kind, job.txn, digest).outcome
             except Exception as exc:  # noqa: BLE001
                 out.error = exc
             return out
@@ -651,7 +661,7 @@ class Soak:
             try:
                 go.wait()
                 digest = self.run_full_job(kind, job, epoch, data_version)
-                out.outcome = self.sink(kind).commit(job.txn, expected_digest=digest).outcome
+                out.outcome = self.commit_txn(kind, job.txn, digest).outcome
             except Exception as exc:  # noqa: BLE001
                 out.error = exc
             return out
@@ -680,7 +690,7 @@ class Soak:
             holder.append(threading.current_thread())
             out = RunOutcome("run1", first.attempt)
             try:
-                out.outcome = self.sink(kind).commit(first.txn, expected_digest=digest1).outcome
+                out.outcome = self.commit_txn(kind, first.txn, digest1).outcome
             except Exception as exc:  # noqa: BLE001
                 out.error = exc
             finally:
@@ -695,7 +705,7 @@ class Soak:
                 job = self.start_job(kind, epoch, run="run2")
                 out.attempt = job.attempt
                 digest = self.run_full_job(kind, job, epoch, version)
-                out.outcome = self.sink(kind).commit(job.txn, expected_digest=digest).outcome
+                out.outcome = self.commit_txn(kind, job.txn, digest).outcome
             except Exception as exc:  # noqa: BLE001
                 out.error = exc
             finally:
