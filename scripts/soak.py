@@ -55,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(result.counts.as_dict(), indent=1))
         else:
             print(result.counts.render())
+        for a in result.anomalies:
+            print(f"ANOMALY: {a}")
         for v in result.violations:
             print(f"VIOLATION: {v}")
         return 1 if result.violations else 0

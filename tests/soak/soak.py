@@ -210,6 +210,7 @@ class Counts:
     rolled_forward: int = 0
     given_up: int = 0
     epochs_committed: int = 0
+    anomalies: int = 0
     violations: int = 0
 
     def as_dict(self) -> dict[str, Any]:
@@ -226,7 +227,7 @@ class Counts:
                                                    sorted(self.race_losers.items())) or "-")]
         for key in ("attempts", "reruns", "commits", "commit_retries", "aborts", "refusals",
                     "recovers", "rolled_forward", "given_up", "epochs_committed",
-                    "violations"):
+                    "anomalies", "violations"):
             lines.append(f"{key:<17} {getattr(self, key)}")
         return "\n".join(lines)
 
@@ -265,6 +266,7 @@ class SoakResult:
     model: dict[str, EpochModel]
     sinks: dict[str, Sink]
     elapsed_s: float
+    anomalies: list[str] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------- driver
@@ -295,6 +297,7 @@ class Soak:
         self._stores: dict[str, Storage] = {}
         self.counts = Counts()
         self.violations: list[str] = []
+        self.anomalies: list[str] = []
         self.model: dict[str, EpochModel] = {}
         self._lock = threading.Lock()       # the session conf and the counts, across threads
         races = list(RACES)
@@ -325,6 +328,17 @@ class Soak:
         with self._lock:
             self.counts.rolled_forward += len(result.rolled_forward)
         return result
+
+    def _committed(self, kind: str, epoch: str, attempt: int) -> bool:
+        return any(i.attempt == attempt and i.state.value == "COMMITTED"
+                   for i in self.sink(kind).describe(epoch))
+
+    def anomaly(self, msg: str) -> None:
+        """Wrong, but not a loss of exactly-once (the checker would not see it)."""
+        log.warning("ANOMALY: %s", msg)
+        with self._lock:
+            self.anomalies.append(msg)
+            self.counts.anomalies += 1
 
     def violation(self, msg: str) -> None:
         log.error("VIOLATION: %s", msg)
@@ -724,6 +738,22 @@ class Soak:
             self.violation(f"{epoch} {label}: attempts {low.attempt}/{high.attempt} of the two "
                            f"runs are not two distinct numbers ({low.error or high.error})")
             return
+        if high.error is not None and self._committed(kind, epoch, high.attempt):
+            # Past the commit point the call failed (seen: removing the fenced run's
+            # staging while its job still writes there).  Not an exactly-once violation
+            # — the decision stands and readers see the epoch — but the commit task
+            # fails; its retry must converge.
+            self.anomaly(f"{epoch} {label}: the commit of attempt {high.attempt} raised after "
+                         f"its decision: {type(high.error).__name__}: {str(high.error)[:200]}")
+            try:
+                sink = self.sink(kind)
+                high.outcome = self.commit_txn(kind, sink.transaction(epoch, high.attempt)).outcome
+                high.error = None
+                self.counts.commit_retries += 1
+            except Exception as exc:  # noqa: BLE001
+                high.error = exc
+            if high.outcome == "already_committed":
+                high.outcome = "committed"
         if high.error is not None or high.outcome != "committed":
             self.violation(f"{epoch} {label}: the higher attempt {high.attempt} did not commit: "
                            f"{high.outcome or type(high.error).__name__}: "
@@ -843,7 +873,8 @@ class Soak:
         self.counts.violations = len(self.violations)
         self.close()
         return SoakResult(self.counts, list(self.violations), self.model,
-                          {k: self.sink(k) for k in self.targets}, time.monotonic() - start)
+                          {k: self.sink(k) for k in self.targets}, time.monotonic() - start,
+                          list(self.anomalies))
 
 
 # --------------------------------------------------------------------- checker

@@ -53,6 +53,8 @@ def test_soak_ci_size(soak_run, capsys):
     _, result, _ = soak_run
     print(f"soak seed={SEED} epochs={EPOCHS} ({result.elapsed_s:.0f} s)")
     print(result.counts.render())
+    for a in result.anomalies:
+        print(f"ANOMALY: {a}")
     for v in result.violations:
         print(f"VIOLATION: {v}")
     out = capsys.readouterr().out
