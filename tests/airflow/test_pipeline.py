@@ -176,9 +176,22 @@ def _mark_failed_when_waiting(dag_id: str, task_id: str, staging_seen, stop) -> 
         time.sleep(0.3)
 
 
-def test_sensor_marked_failed_aborts(dag, sink, target):
+def _consume_downstream_queue(dag_id: str) -> None:
+    """Drop the Asset-triggered runs queued for ``dag_id`` (the scheduler creates them)."""
+    from airflow import settings
+    from airflow.models.asset import AssetDagRunQueue
+    from sqlalchemy import delete
+
+    with settings.Session() as session:
+        session.execute(delete(AssetDagRunQueue).where(AssetDagRunQueue.target_dag_id == dag_id))
+        session.commit()
+
+
+def test_sensor_marked_failed_aborts(dag, sink, target, asset_uri):
     before = {p: os.stat(os.path.join(target, p)).st_mtime_ns for p in tree(target)
               if not p.startswith("_tpc")}
+    _consume_downstream_queue("tpc_it_downstream")  # as the scheduler would have
+    n_events = len(asset_events(asset_uri))
     staging = Path(target, "_tpc", "staging", "epoch=2026-03-05")
     stop = threading.Event()
     marker = threading.Thread(target=_mark_failed_when_waiting, daemon=True, args=(
@@ -200,6 +213,9 @@ def test_sensor_marked_failed_aborts(dag, sink, target):
              if not p.startswith("_tpc")}
     assert after == before  # target untouched
     assert "2026-03-05" not in read_rows(target)
+    # An aborted run announces nothing: the Asset-scheduled DAG is not triggered.
+    assert len(asset_events(asset_uri)) == n_events
+    assert queued_for("tpc_it_downstream") == 0
 
 
 @pytest.mark.parametrize(("crash_at", "epoch"), [("promote.after_swap", "2026-03-06"),
@@ -243,6 +259,7 @@ def test_commit_killed_then_rerun_converges_and_announces_once(dag, sink, target
     assert read_rows(target)[epoch] == 1000
     events = asset_events(asset_uri)[n_events:]
     assert [e["txn_id"] for e in events] == [f"{NS}/{epoch}/1"]  # announced now: once
+    assert queued_for("tpc_it_downstream") >= 1  # and the announcement triggers downstream
     dr = rerun_tasks(dag, run_id, ["commit"])  # a rerun after that success: silent
     assert states(dr)["commit"] == "success", states(dr)
     assert len(asset_events(asset_uri)) == n_events + 1
