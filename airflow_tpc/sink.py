@@ -23,6 +23,7 @@ from .errors import (
     InvalidState,
     ManifestError,
     NamespaceConflict,
+    StorageError,
     TpcError,
     TransactionExpired,
 )
@@ -304,7 +305,8 @@ class Sink:
         return None
 
     def _finish_epoch(self, epoch: str, attempts: dict[int, AttemptRecords],
-                      known: Manifest | None = None, verified: bool = False) -> int | None:
+                      known: Manifest | None = None, verified: bool = False,
+                      rescan: bool = True) -> int | None:
         """Roll the epoch forward to its winning commit and clean what it displaced.
 
         ``known``: a manifest this call already parsed from (or wrote into) a decision;
@@ -324,8 +326,18 @@ class Sink:
                 manifest = known
             else:
                 manifest = Manifest.parse(raw, where=f"decision of {epoch}/{attempt}")
-            _promote.promote(self.layout, manifest, decision.get("mode", "move"),
-                             staging_verified=reuse and verified)
+            if not _promote.promote(self.layout, manifest, decision.get("mode", "move"),
+                                    staging_verified=reuse and verified):
+                # A higher attempt is already what readers see: it began and committed
+                # after ``attempts`` was listed (a commit overtaken after its decision).
+                # Judge again from a fresh listing; never mark this one published.
+                fresh = self.ledger.scan(epoch).get(epoch, {})
+                if not rescan or max(fresh, default=attempt) <= attempt:
+                    raise StorageError(f"epoch {epoch}: the published marker names a higher "
+                                       f"attempt than {attempt}, the ledger no committed one")
+                attempts.clear()
+                attempts.update(fresh)
+                return self._finish_epoch(epoch, attempts, rescan=False)
             crashpoint("commit.before_published")
             # A fact, not a decision: a concurrent promoter's identical record is fine.
             self.ledger.create_or_get(epoch, attempt, PUBLISHED, {"published_at": time.time()})
@@ -335,17 +347,36 @@ class Sink:
                 continue
             odecision = self.ledger.get(epoch, other, orec, DECISION)
             if odecision is None:
-                self._abort(epoch, other, f"superseded by committed attempt {attempt}")
+                self._abort(epoch, other, f"superseded by committed attempt {attempt}",
+                            best_effort=True)
             elif odecision.get("outcome") != "commit":
                 # Aborted earlier, perhaps by a try that died before removing staging.
-                self.layout.remove_staging(epoch, other)
-            elif odecision.get("outcome") == "commit" and SUPERSEDED not in orec.kinds:
+                self._clean_staging(epoch, other)
+            elif odecision.get("outcome") == "commit" and SUPERSEDED not in orec.kinds \
+                    and self._clean_staging(epoch, other):
                 # A lower commit: its published files went with the swap/cleanup above;
-                # its staging (kept by "manifest" mode or never promoted) goes now.
-                self.layout.remove_staging(epoch, other)
+                # its staging (kept by "manifest" mode or never promoted) went just now,
+                # and only then is it marked superseded (a failed cleanup is retried).
                 self.ledger.create_or_get(epoch, other, SUPERSEDED, {"by": attempt})
                 orec.kinds.add(SUPERSEDED)
         return attempt
+
+    def _clean_staging(self, epoch: str, attempt: int) -> bool:
+        """Remove a displaced attempt's staging; a failure is logged, not raised.
+
+        The attempt's fate is already recorded; only its files remain.  Its fenced
+        job may still be writing there (Spark task committers create folders and
+        files until the job dies), so removal can fail or the folder can come back.
+        That must not fail the commit that displaced it: the next commit of the
+        epoch, ``recover`` or ``gc`` removes what is left.
+        """
+        try:
+            self.layout.remove_staging(epoch, attempt)
+            return True
+        except StorageError as exc:
+            log.warning("staging of %s/%s/%d not removed yet (%s); a later commit of the "
+                        "epoch, recover or gc removes it", self.namespace, epoch, attempt, exc)
+            return False
 
     def _roll_forward(self, scan: dict[str, dict[int, AttemptRecords]],
                       skip: set[str] = frozenset()) -> list[tuple[str, int]]:  # type: ignore[assignment]
@@ -373,7 +404,10 @@ class Sink:
         self._check_own(txn)
         self._abort(txn.epoch, txn.attempt, reason)
 
-    def _abort(self, epoch: str, attempt: int, reason: str, expired: bool = False) -> None:
+    def _abort(self, epoch: str, attempt: int, reason: str, expired: bool = False,
+               best_effort: bool = False) -> None:
+        """Record the abort decision, then remove staging (``best_effort``: see
+        :meth:`_clean_staging`; an explicit abort raises, so its caller retries)."""
         doc = {"outcome": "abort", "reason": reason, "expired": expired,
                "decided_at": time.time()}
         crashpoint("abort.before_decision")
@@ -382,7 +416,10 @@ class Sink:
             raise InvalidState(f"cannot abort {self.namespace}/{epoch}/{attempt}: it is "
                                "COMMITTED (use a new run of the epoch to replace its output)")
         crashpoint("abort.after_decision")
-        self.layout.remove_staging(epoch, attempt)
+        if best_effort:
+            self._clean_staging(epoch, attempt)
+        else:
+            self.layout.remove_staging(epoch, attempt)
         crashpoint("abort.after_cleanup")
         if created:
             log.info("aborted %s/%s/%d: %s", self.namespace, epoch, attempt, reason)

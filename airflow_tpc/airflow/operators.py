@@ -396,11 +396,18 @@ class AbortOperator(_TpcMixin, BaseOperator):
             if info.state is TxnState.COMMITTED:
                 committed.append(info.txn_id)
                 continue
-            if info.state in (TxnState.ABORTED, TxnState.EXPIRED):
+            finished = info.state in (TxnState.ABORTED, TxnState.EXPIRED)
+            if finished and not info.staging_files:
                 continue
+            # An ABORTED attempt with staging left: a try killed between the abort
+            # decision and the cleanup. Aborting again is idempotent and finishes it.
             try:
                 sink.abort(sink.transaction(info.epoch, info.attempt), str(self.reason))
-                aborted.append(info.txn_id)
+                if finished:
+                    self.log.info("%s was already %s; removed the %d staged file(s) it left",
+                                  info.txn_id, info.state.value, info.staging_files)
+                else:
+                    aborted.append(info.txn_id)
             except InvalidState as exc:  # committed concurrently
                 committed.append(info.txn_id)
                 self.log.warning("%s", exc)

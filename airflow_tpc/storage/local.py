@@ -15,6 +15,7 @@ import errno
 import fcntl
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -154,12 +155,18 @@ class LocalStorage(Storage):
         if os.path.islink(prefix) or os.path.isfile(prefix):
             _unlink(prefix)
             return
-        try:
-            shutil.rmtree(prefix)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise StorageError(f"cannot remove {prefix}: {exc.strerror}") from None
+        for tries_left in range(4, -1, -1):
+            try:
+                shutil.rmtree(prefix)
+                return
+            except FileNotFoundError:
+                return
+            except OSError as exc:
+                # ENOTEMPTY: a writer (a fenced job's straggling task) added a file
+                # while the tree was being removed; go again, a few times.
+                if exc.errno != errno.ENOTEMPTY or not tries_left:
+                    raise StorageError(f"cannot remove {prefix}: {exc.strerror}") from None
+                time.sleep(0.01)
 
     def prune_empty_parent(self, path: str) -> None:
         """Remove ``path``'s parent if it is now empty (an epoch folder in staging)."""

@@ -1,8 +1,10 @@
-"""What the soak's concurrent runs found in the core, as small reproducers.
+"""Two races the soak's concurrent runs found in the core, kept as regression tests.
 
-Neither loses exactly-once (the soak's checker stays clean), so they are marked
-``xfail(strict=True)``: when the core is fixed they pass, strict xfail turns that
-into a failure, and the marker must go.  Real local storage, no Spark; < 1 s.
+Neither lost exactly-once (the soak's checker stayed clean), but both made a
+commit report the wrong thing: a commit overtaken after its decision said
+"committed" (and marked itself published), and a winner's commit raised because
+a fenced job was still writing into the staging it removed.  Real local storage,
+no Spark; a few seconds.
 """
 
 from __future__ import annotations
@@ -11,8 +13,6 @@ import contextlib
 import os
 import threading
 import time
-
-import pytest
 
 from airflow_tpc import Sink
 from airflow_tpc.faults import armed
@@ -25,8 +25,6 @@ def _stage(txn, name: str, data: bytes = b"x") -> None:
         fh.write(data)
 
 
-@pytest.mark.xfail(strict=True, reason="Sink.commit judges the outcome from the ledger scan "
-                   "it took before deciding")
 def test_commit_overtaken_after_its_decision_reports_superseded(tmp_path):
     """Soak race ``held@commit.after_decision``: attempt 1 decides, pauses; attempt 2
     begins, commits and is published; attempt 1's commit then returns "committed"
@@ -62,9 +60,6 @@ def test_commit_overtaken_after_its_decision_reports_superseded(tmp_path):
     assert (result["low"].outcome, "published.json" in ledger) == ("superseded", False)
 
 
-@pytest.mark.xfail(strict=True, reason="cleaning a fenced attempt's staging while its job "
-                   "still writes raises StorageError (rmtree: Directory not empty) from the "
-                   "winner's commit, after its decision")
 def test_commit_survives_a_fenced_job_still_writing(tmp_path):
     """Soak race ``parallel_jobs``: the higher attempt's commit aborts the lower one
     and removes its staging while the lower job still writes there (Spark's task
@@ -102,3 +97,7 @@ def test_commit_survives_a_fenced_job_still_writing(tmp_path):
             stop.set()
             thread.join(30)
     assert failures == []
+    # The zombies are gone now: whatever they left in staging, recover removes.
+    Sink(target, "ns").recover()
+    assert not os.path.exists(tmp_path / "t/_tpc/staging") or not any(
+        (tmp_path / "t/_tpc/staging").rglob("*.parquet"))
