@@ -71,12 +71,6 @@ FRESH = os.environ.get("TPC_KILLS_FRESH") == "1"
 
 #: Steps after which readers see the new output (the directory exchange).
 VISIBLE_AFTER = {"promote.after_swap", "commit.before_published"}
-#: AbortOperator skips an attempt already ABORTED, so after a kill between the abort
-#: decision and the staging removal a re-run of the abort task never reaches
-#: abort.after_cleanup and leaves the staging (only recover/gc remove it). See
-#: docs/fault-injection.md, "Process kills through Airflow".
-ABORT_RERUN_BUG = ("AbortOperator skips ABORTED attempts: a rerun after a kill at "
-                   "abort.after_decision leaves the attempt's staging")
 
 
 def _chains(steps: list[str]) -> list[list[str]]:
@@ -84,23 +78,14 @@ def _chains(steps: list[str]) -> list[list[str]]:
 
 
 COMMIT_CHAINS = _chains(COMMIT_STEPS["move-local"])
-# Until the abort bug is fixed, abort.after_decision cannot be followed by another kill
-# in the same chain (the re-run never reaches abort.after_cleanup): it gets its own run.
-ABORT_CHAINS = ([[s] for s in ABORT_STEPS] if FRESH else
-                [["abort.before_decision", "abort.after_cleanup"], ["abort.after_decision"]])
+# abort.after_decision then abort.after_cleanup in one chain needs the re-run of the
+# abort task to finish an ABORTED attempt's cleanup (fixed in cb75554; before, it
+# skipped the attempt and left its staging).
+ABORT_CHAINS = _chains(ABORT_STEPS)
 
 
 def _chain_id(chain: list[str]) -> str:
     return "+".join(s.split(".", 1)[1] for s in chain) if len(chain) > 1 else chain[0]
-
-
-def _abort_params():
-    out = []
-    for i, chain in enumerate(ABORT_CHAINS, 1):
-        marks = [pytest.mark.xfail(strict=True, raises=AssertionError, reason=ABORT_RERUN_BUG)] \
-            if "abort.after_decision" in chain else []
-        out.append(pytest.param(chain, f"2026-05-{i:02d}", marks=marks, id=_chain_id(chain)))
-    return out
 
 
 CHILD_DAG_TEST = textwrap.dedent("""
@@ -364,7 +349,8 @@ def test_commit_task_killed_at_each_step_then_rerun_converges(chain, dags, sink,
 
 
 # ---------------------------------------------------------------------------- abort
-@pytest.mark.parametrize(("chain", "epoch"), _abort_params())
+@pytest.mark.parametrize(("chain", "epoch"), [
+    pytest.param(c, f"2026-05-{i:02d}", id=_chain_id(c)) for i, c in enumerate(ABORT_CHAINS, 1)])
 def test_abort_task_killed_at_each_step_then_rerun_converges(chain, epoch, dags, sink, target,
                                                              asset_uri, tmp_path):
     _, abort_dag = dags
