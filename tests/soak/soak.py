@@ -78,6 +78,9 @@ HOLD_POINTS = {
     "s3": ["commit.before_decision", "commit.after_decision", "promote.before_copy",
            "promote.before_marker", "promote.before_cleanup", "commit.before_published"],
 }
+#: Held there, run 1's commit is decided but its output not yet visible when run 2
+#: publishes: when released it must report "superseded" (else: an anomaly).
+OVERTAKEN_UNSEEN = ("commit.after_decision", "promote.before_copy", "promote.before_marker")
 #: The losing run of a race computes from a different (stale) input version, so its
 #: rows can never be mistaken for the winner's if they leak.
 STALE = 300
@@ -300,9 +303,15 @@ class Soak:
         self.anomalies: list[str] = []
         self.model: dict[str, EpochModel] = {}
         self._lock = threading.Lock()       # the session conf and the counts, across threads
-        races = list(RACES)
-        random.Random(f"races/{seed}").shuffle(races)
-        self._races = races                 # round-robin: every kind of race early on
+        # round-robin in a seeded order: every kind of race, and every hold step of a
+        # store, early on
+        shuffle = random.Random(f"races/{seed}").shuffle
+        self._races = list(RACES)
+        shuffle(self._races)
+        self._holds = {k: list(v) for k, v in HOLD_POINTS.items()}
+        for points in self._holds.values():
+            shuffle(points)
+        self._held = Counter[str]()
         self._saved_conf = tune_session(spark)
 
     def close(self) -> None:
@@ -594,7 +603,10 @@ class Soak:
         self.counts.faults["concurrent"] += 1
         m = self.model[epoch]
         race = self._races[(self.counts.faults["concurrent"] - 1) % len(self._races)]
-        point = self.rng.choice(HOLD_POINTS[kind]) if race == "held" else None
+        point = None
+        if race == "held":
+            point = self._holds[kind][self._held[kind] % len(self._holds[kind])]
+            self._held[kind] += 1
         label = f"held@{point}" if point else race
         self.counts.races[label] = self.counts.races.get(label, 0) + 1
         self.echo(f"  concurrent runs of {epoch}: {label}")
@@ -606,6 +618,10 @@ class Soak:
             low, high = self._commit_race(kind, epoch, m.version, point)
         self.counts.reruns += 1
         self._judge_race(kind, epoch, label, low, high)
+        if point in OVERTAKEN_UNSEEN and low.outcome == "committed":
+            self.anomaly(f"{epoch} {label}: attempt {low.attempt}'s commit was overtaken after "
+                         f"its decision (attempt {high.attempt} published first) but reported "
+                         "'committed', not 'superseded'")
 
     def _both(self, first: Callable[[], RunOutcome], second: Callable[[], RunOutcome]
               ) -> tuple[RunOutcome, RunOutcome]:

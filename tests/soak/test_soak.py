@@ -46,7 +46,10 @@ def soak_run(spark, moto_endpoint, tmp_path_factory):
                  region_name="us-east-1").create_bucket(Bucket=bucket)
     soak = Soak(spark, tmp_path_factory.mktemp("soak"), epochs=EPOCHS, seed=SEED,
                 s3_target=f"s3://{bucket}/soak/events", s3_options=options, s3_share=0.3)
-    return soak, soak.run(), options
+    try:
+        return soak, soak.run(), options
+    finally:
+        soak.close()    # the shared session's settings back, also if the run raised
 
 
 def test_soak_ci_size(soak_run, capsys):
