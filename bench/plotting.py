@@ -98,6 +98,20 @@ def _log_axis(ax: Any, fmt: Any, base: int = 10, subs: tuple[float, ...] = (1.0,
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda _v, _pos: ""))
 
 
+def _ratio_axis(ax: Any, values: list[float]) -> None:
+    """Log y axis for ratios, ticked at round values around 1x and the data."""
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    lo, hi = min([*values, 1.0]) / 1.25, max([*values, 1.0]) * 1.25
+    ticks = [t for t in (0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 7.5, 10, 15, 20, 30, 50,
+                         100) if lo <= t <= hi]
+    ax.set_yscale("log")
+    ax.set_ylim(lo, hi)
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(lambda v, _pos: f"{v:g}x")
+
+
 def _sec_label(s: float) -> str:
     if s >= 1:
         return f"{s:g} s"
@@ -139,10 +153,10 @@ def plot_core(data: dict[str, Any], img_dir: Path = IMG_DIR) -> dict[str, Path]:
             ax2.plot(ns, [_paired(r["commit"][key], r["v1_rename"]) for r in local],
                      marker="o", ms=4, color=COLORS[key], label=label)
         ax2.axhline(1, color=COLORS["v1"], lw=1, ls=":")
-        ax2.set_ylim(bottom=0)
-        ax2.yaxis.set_major_formatter(lambda v, _pos: f"{v:g}x")
+        _ratio_axis(ax2, [_paired(r["commit"][k], r["v1_rename"]) for r in local
+                          for k in ("size", "checksum")])
         _files_axis(ax2, ns)
-        ax2.set_ylabel("tpc commit / v1 renames (paired median)")
+        ax2.set_ylabel("tpc commit / v1 renames (paired median; log scale)")
         ax2.set_title("Ratio in the same run (1 = as fast as v1)")
         ax2.legend(fontsize=8)
         out["local"] = _save(fig, img_dir / "core-local-commit.svg")
