@@ -2,7 +2,7 @@
 # Runs every benchmark and regenerates their documents in one go:
 #   docs/benchmarks.md (summary + transaction core), docs/bench-spark.md (Spark end to end),
 #   docs/img/*.svg (plots) and bench/results/*.json (every timing, for plots and summary).
-# Full mode ~20-30 min on 2 cores (100,000 local files, 1M and 5M Spark rows); --quick ~5 min.
+# Full mode ~8-12 min on 2 busy cores (100,000 local files, 1M and 5M Spark rows); --quick ~4 min.
 # Needs what scripts/bootstrap.sh needs (python3, Java 17); adds the `bench` extra (matplotlib).
 # Nothing here fails on slowness: the benchmarks measure and report, they assert no time.
 set -euo pipefail
