@@ -41,7 +41,7 @@ from .ledger import (
     epoch_sort_key,
 )
 from .manifest import MANIFEST_NAME, FileEntry, Manifest
-from .staging import checksum_for, list_staged, verify_against_storage
+from .staging import checksum_for, list_staged, on_threads, verify_against_storage
 from .storage import Storage, open_storage
 from .transaction import (
     CommitResult,
@@ -197,8 +197,11 @@ class Sink:
                                 "a sealed attempt never changes — begin a new attempt")
         rows = rows or {}
         checksums = checksums or {}
-        entries = [FileEntry(rel, info.size, checksums.get(rel) or checksum_for(self.storage, info),
-                             rows.get(rel)) for rel, info in staged.items()]
+        sums = on_threads(lambda item: checksums.get(item[0]) or checksum_for(self.storage,
+                                                                               item[1]),
+                          staged.items())
+        entries = [FileEntry(rel, info.size, checksum, rows.get(rel))
+                   for (rel, info), checksum in zip(staged.items(), sums, strict=True)]
         manifest = Manifest.build(namespace=txn.namespace, target=txn.target, epoch=txn.epoch,
                                   attempt=txn.attempt, staging=txn.staging_uri, files=entries)
         crashpoint("precommit.before_manifest")

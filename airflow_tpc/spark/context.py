@@ -301,18 +301,12 @@ class JobTransaction:
 def _hash_parallel(sink: Sink, staging: str, infos: list[Any]) -> dict[str, str]:
     """Checksums of files no writer measured (native writers), on a few threads.
 
-    hashlib releases the GIL, so this overlaps reads and hashing; S3 objects are
-    not read at all (their ETag is used).
+    S3 objects are not read at all (their ETag is used).
     """
-    from concurrent.futures import ThreadPoolExecutor
-
-    from ..staging import checksum_for
+    from ..staging import checksum_for, on_threads
 
     prefix = staging.rstrip("/") + "/"
-    if not infos:
-        return {}
-    with ThreadPoolExecutor(max_workers=min(8, len(infos))) as pool:
-        sums = list(pool.map(lambda i: checksum_for(sink.storage, i), infos))
+    sums = on_threads(lambda i: checksum_for(sink.storage, i), infos)
     return {info.path[len(prefix):]: s for info, s in zip(infos, sums, strict=True)}
 
 
