@@ -252,10 +252,12 @@ class TpcWriter(DataSourceArrowWriter):
                 with contextlib.suppress(Exception):
                     sink.discard()
             try:
-                fs.rm([p for p in written_paths if fs.exists(p)])
+                leftovers = [p for p in written_paths if fs.exists(p)]
+                if leftovers:  # s3fs raises FileNotFoundError for rm([])
+                    fs.rm(leftovers)
             except Exception:  # noqa: BLE001
-                log.warning("could not remove the files of failed task %d attempt %d", pid,
-                            attempt)
+                log.warning("could not remove the files of failed task %d attempt %d (the "
+                            "driver's abort or the next commit removes them)", pid, attempt)
             raise
         return TpcCommitMessage(pid, attempt, done)
 
