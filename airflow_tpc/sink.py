@@ -235,12 +235,21 @@ class Sink:
         attempts = scan.get(epoch, {})
         rec = attempts.get(txn.attempt, AttemptRecords())
         decision = self.ledger.get(epoch, txn.attempt, rec, DECISION)
-        verified = decision is None  # _decide_commit lists staging against the manifest
+        verified = False  # True: staging was just listed against the manifest
         if decision is None:
-            manifest, won_race = self._decide_commit(txn, attempts, expected_digest, force)
-            outcome = "committed" if won_race else "already_committed"
+            try:
+                manifest, won_race = self._decide_commit(txn, attempts, expected_digest, force)
+                verified = True
+                outcome = "committed" if won_race else "already_committed"
+            except (InvalidState, ManifestError, StorageError):
+                # A concurrent committer of this same attempt may have decided and
+                # promoted it (moving staging away) while this call read staging.
+                decision = self.ledger.read(epoch, txn.attempt, DECISION)
+                if decision is None:
+                    raise
+                log.info("%s was decided by a concurrent committer meanwhile", txn.txn_id)
             rec.kinds.add(DECISION)
-        else:
+        if decision is not None:
             if decision.get("outcome") != "commit":
                 raise InvalidState(f"cannot commit {txn.txn_id}: it was "
                                    f"{_state_of_decision(decision)} ({decision.get('reason')})")
