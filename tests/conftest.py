@@ -16,6 +16,9 @@ os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 
 
 logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's per-request access log
+# py4j logs "Closing down clientserver connection" from __del__ at interpreter exit,
+# after pytest closed the stream: a "Logging error" traceback at the end of every run.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 @pytest.fixture(scope="session")
