@@ -186,7 +186,7 @@ def _failing_udf() -> Any:
     """
     from pyspark.sql import functions as F
 
-    def explode(value: int) -> int:
+    def explode(value):  # no type hints: with them pyspark guesses a UDF kind, and warns
         raise RuntimeError(f"soak: injected task failure at value {value}")
 
     return F.udf(explode, "long")
