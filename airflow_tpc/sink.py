@@ -469,6 +469,7 @@ class Sink:
                     continue
                 if won is not None and attempt < won:
                     continue  # handled by _finish_epoch
+                crashpoint("recover.before_abort")
                 begin = self.ledger.get(epoch, attempt, rec, BEGIN) or {}
                 started = float(begin.get("started_at", now))
                 timeout = float(begin.get("timeout_s", self.config.timeout_s))
@@ -484,6 +485,7 @@ class Sink:
                 elif now - started > self.config.warn_fraction * timeout:
                     log.warning("%s/%s/%d is %.0f s old (timeout %.0f s)", self.namespace,
                                 epoch, attempt, now - started, timeout)
+        crashpoint("recover.before_cleanup")
         report.cleaned = self._clean_finished_staging(scan)
         if report.errors:
             first = report.errors[0]
