@@ -25,6 +25,14 @@ from airflow_tpc.ledger import DECISION
 from .helpers import assert_invariant, committed_contents, stage, write_staged
 
 
+def _wait_until(condition, timeout: float = 300.0) -> None:
+    """Poll ``condition`` until it holds (a deadline for a busy machine, not a delay)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{condition} did not hold within {timeout} s"
+        time.sleep(0.01)
+
+
 def _sink(store, namespace="events", **config):
     target, options = store
     return Sink(target, namespace, storage_options=options, config=SinkConfig(**config))
@@ -165,7 +173,7 @@ def test_second_namespace_is_refused_unless_allowed(store, caplog):
 def test_expired_transaction_refused_unless_forced(store, caplog):
     sink = _sink(store, timeout_s=0.5, warn_fraction=0.1)
     txn, manifest = stage(sink, "4", {"a.parquet": b"A"})
-    time.sleep(0.6)
+    _wait_until(txn.expired)  # (a slow machine may have got there already)
     with pytest.raises(TransactionExpired, match="force=True"):
         sink.commit(txn)
     with caplog.at_level(logging.ERROR, logger="airflow_tpc"):
@@ -193,13 +201,25 @@ def test_recover_expires_old_attempts_loudly(store, caplog):
 
 
 def test_warning_past_fraction_of_timeout(store, caplog):
-    sink = _sink(store, timeout_s=1.0, warn_fraction=0.2)
+    # The warning band is (warn_fraction * timeout, timeout]: 0.3 s to 10 min here, so
+    # the transaction enters it once it is 0.3 s old and stays in it however slowly a
+    # busy machine runs the steps in between (with a 1 s timeout a loaded machine
+    # could run past the timeout, and the warning would never come).
+    sink = _sink(store, timeout_s=600.0, warn_fraction=0.0005)
     txn = sink.begin("5")
     write_staged(sink, txn, {"a.parquet": b"A"})
-    time.sleep(0.3)
+    _wait_until(lambda: txn.age() > 0.3)
     with caplog.at_level(logging.WARNING, logger="airflow_tpc"):
         sink.precommit(txn)
-    assert "of its 1 s transaction timeout" in caplog.text
+    assert "of its 600 s transaction timeout" in caplog.text
+    # Below the fraction (8 minutes of 10 here: no machine is that slow): no warning.
+    caplog.clear()
+    fresh = _sink(store, timeout_s=600.0, warn_fraction=0.8)
+    young = fresh.begin("6")
+    write_staged(fresh, young, {"b.parquet": b"B"})
+    with caplog.at_level(logging.WARNING, logger="airflow_tpc"):
+        fresh.precommit(young)
+    assert "transaction timeout" not in caplog.text
 
 
 def test_manifest_mode_publishes_without_copying(store):
