@@ -9,6 +9,7 @@ from .errors import (
     CommitConflict,
     FencedError,
     InvalidState,
+    LedgerError,
     ManifestError,
     NamespaceConflict,
     StorageError,
@@ -32,7 +33,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CommitConflict", "CommitResult", "DeliveryGuarantee", "FencedError", "FileEntry",
-    "InvalidState", "Manifest", "ManifestError", "NamespaceConflict", "RecoveryReport", "Sink",
-    "SinkConfig", "StorageError", "TpcError", "Transaction", "TransactionExpired", "TxnInfo",
-    "TxnState", "UnsupportedStorage", "__version__",
+    "InvalidState", "LedgerError", "Manifest", "ManifestError", "NamespaceConflict",
+    "RecoveryReport", "Sink", "SinkConfig", "StorageError", "TpcError", "Transaction",
+    "TransactionExpired", "TxnInfo", "TxnState", "UnsupportedStorage", "__version__",
 ]

@@ -17,6 +17,15 @@ class StorageError(TpcError):
     """The store refused or failed an operation (after retries)."""
 
 
+class LedgerError(TpcError):
+    """A ledger record or published marker is damaged, or does not belong where it lies.
+
+    Records are never rewritten by airflow-tpc, so this means a hand edit, a copy
+    from another epoch or target, or a store that lost data.  Nothing is promoted
+    or deleted on the strength of such a record.
+    """
+
+
 class UnsupportedStorage(TpcError):
     """The target's store has no tested exactly-once backend."""
 

@@ -3,17 +3,20 @@
 Each transaction (namespace, epoch, attempt) owns a folder of small JSON
 records, each written at most once with put-if-absent::
 
-    <target>/_tpc/sink.json                                namespace claim
-    <target>/_tpc/ledger/epoch=<E>/attempt=<NNNNNN>/begin.json      OPEN, fencing number
-    <target>/_tpc/ledger/epoch=<E>/attempt=<NNNNNN>/decision.json   the commit point
-    <target>/_tpc/ledger/epoch=<E>/attempt=<NNNNNN>/published.json  promotion finished
-    <target>/_tpc/ledger/epoch=<E>/attempt=<NNNNNN>/abandoned.json  roll-forward given up
-    <target>/_tpc/staging/epoch=<E>/attempt=<NNNNNN>/...           the attempt's files
-    <target>/epoch=<E>/_tpc_published.json                  what readers read
+    <target>/_tpc/sink.json                                          namespace claim
+    <target>/_tpc/ledger/epoch=<E>/attempt=<NNNNNN>/begin.json       OPEN, fencing number
+    <target>/_tpc/ledger/epoch=<E>/attempt=<NNNNNN>/decision.json    the commit point
+    <target>/_tpc/ledger/epoch=<E>/attempt=<NNNNNN>/published.json   promotion finished
+    <target>/_tpc/ledger/epoch=<E>/attempt=<NNNNNN>/superseded.json  a higher commit won
+    <target>/_tpc/ledger/epoch=<E>/attempt=<NNNNNN>/abandoned.json   roll-forward given up
+    <target>/_tpc/staging/epoch=<E>/attempt=<NNNNNN>/...             the attempt's files
+    <target>/epoch=<E>/_tpc_published.json                           what readers read
 
 Which records exist is enough to know most of a transaction's state, so one
 recursive listing of the ledger answers "what is unfinished" without reading
-every record.
+every record.  A record that is read is *checked against the path it was found
+at* (:func:`check_record`): a ``decision.json`` copied from another epoch, attempt
+or target is refused with :class:`LedgerError`, never acted upon.
 """
 
 from __future__ import annotations
@@ -24,24 +27,43 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import CommitConflict, StorageError, TpcError
-from .manifest import canonical_json
+from .errors import CommitConflict, LedgerError, TpcError
+from .manifest import MAX_MANIFEST_BYTES, canonical_json
 from .storage import Storage
 
 TPC_DIR = "_tpc"
 PUBLISHED_MARKER = "_tpc_published.json"
-EPOCH_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_ATTEMPT_RE = re.compile(r"^attempt=(\d{6,})$")
+#: Epoch names; always used with ``fullmatch`` (``$`` would accept a trailing newline).
+EPOCH_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+ATTEMPT_DIR_RE = re.compile(r"attempt=([0-9]{6,})")
+_ATTEMPT_TEXT_RE = re.compile(r"[0-9]{1,12}")
+#: Records other than a commit decision are a few hundred bytes; a commit decision
+#: embeds the manifest.  Larger records are refused before they are parsed.
+MAX_RECORD_BYTES = 1024 * 1024
+MAX_DECISION_BYTES = MAX_MANIFEST_BYTES + MAX_RECORD_BYTES
 
 BEGIN, DECISION, PUBLISHED, ABANDONED, SUPERSEDED = (
     "begin", "decision", "published", "abandoned", "superseded")
 
 
 def check_epoch(epoch: Any) -> str:
-    if not isinstance(epoch, str) or not EPOCH_RE.match(epoch):
+    if not isinstance(epoch, str) or not EPOCH_RE.fullmatch(epoch):
         raise TpcError(f"invalid epoch {epoch!r}: use letters, digits, '.', '_' or '-' "
                        "(at most 128, e.g. '2026-11-20' or '42')")
     return epoch
+
+
+def check_attempt(attempt: Any) -> int:
+    """An attempt number from code or from text (CLI, XCom): an integer >= 1, nothing else.
+
+    ``int()`` alone would take ``" 2\\n"``, ``True`` or ``0`` (which once meant
+    "the latest attempt" to the CLI and aborted a live one).
+    """
+    if isinstance(attempt, str) and _ATTEMPT_TEXT_RE.fullmatch(attempt):
+        attempt = int(attempt)
+    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
+        raise TpcError(f"invalid attempt {attempt!r}: attempts are whole numbers from 1")
+    return attempt
 
 
 def epoch_sort_key(epoch: str) -> tuple[int, int | str]:
@@ -80,9 +102,31 @@ class Layout:
     def staging(self, epoch: str, attempt: int) -> str:
         return self.storage.join(self.staging_root, f"epoch={epoch}", attempt_name(attempt))
 
-    def remove_staging(self, epoch: str, attempt: int) -> None:
-        """Delete an attempt's staging (idempotent) and its epoch folder once empty."""
+    def check_staging(self, epoch: str, attempt: int) -> str:
+        """The attempt's staging path, refused unless every folder of it is real.
+
+        Checked from the target root down (``_tpc``, ``staging``, ``epoch=E``,
+        ``attempt=A``), or from a configured staging root: a link anywhere there
+        would make airflow-tpc publish or delete files outside the target.
+        """
         path = self.staging(epoch, attempt)
+        root = self.root.rstrip("/")
+        base = root if self.staging_root.startswith(root + "/") else self.staging_root
+        self.storage.check_real_dirs(base, path)
+        return path
+
+    def check_published(self, epoch: str) -> str:
+        """The epoch's published folder, refused if it is a link (see :meth:`check_staging`)."""
+        path = self.published_dir(epoch)
+        self.storage.check_real_dirs(self.root, path)
+        return path
+
+    def remove_staging(self, epoch: str, attempt: int) -> None:
+        """Delete an attempt's staging (idempotent) and its epoch folder once empty.
+
+        Never through a link: a symlinked staging folder is refused, not followed.
+        """
+        path = self.check_staging(epoch, attempt)
         self.storage.delete_prefix(path)
         self.storage.prune_empty_parent(path)
 
@@ -101,12 +145,81 @@ class AttemptRecords:
     docs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
+def _num(doc: dict[str, Any], key: str) -> bool:
+    value = doc.get(key)
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_record(kind: str, doc: dict[str, Any], *, epoch: str, attempt: int, target: str,
+                 staging_uri: str, where: str) -> dict[str, Any]:
+    """Refuse a record whose content does not belong at its path.
+
+    Every record that names a transaction must name *this* one: the epoch and
+    attempt of its folder, this target, this attempt's staging.  A record copied
+    from elsewhere (another epoch's ``decision.json``, another target's ledger)
+    would otherwise be acted on — rolled forward, or its staging deleted.
+    """
+    def bad(why: str) -> LedgerError:
+        return LedgerError(f"ledger record {where} {why}; records are never rewritten by "
+                           "airflow-tpc, so it was edited, copied from elsewhere or damaged. "
+                           "Nothing was promoted or deleted on its account: restore the "
+                           "original record (or remove the attempt's folder by hand) and retry.")
+
+    if kind == BEGIN:
+        if doc.get("epoch") != epoch or doc.get("attempt") != attempt \
+                or isinstance(doc.get("attempt"), bool):
+            raise bad(f"names epoch {doc.get('epoch')!r} attempt {doc.get('attempt')!r}, "
+                      f"but lies under epoch {epoch!r} attempt {attempt}")
+        if str(doc.get("target", "")).rstrip("/") != target.rstrip("/"):
+            raise bad(f"is for target {doc.get('target')!r}, not {target!r}")
+        if doc.get("staging_uri") != staging_uri:
+            raise bad(f"names staging {doc.get('staging_uri')!r}, but this attempt's staging "
+                      f"is {staging_uri!r} (was staging_root changed?)")
+        namespace = doc.get("namespace")
+        if not isinstance(namespace, str) or not namespace:
+            raise bad("has no namespace")
+        if not _num(doc, "started_at") or not _num(doc, "timeout_s") or doc["timeout_s"] <= 0:
+            raise bad("has no valid started_at/timeout_s")
+    elif kind == DECISION:
+        outcome = doc.get("outcome")
+        if outcome == "commit":
+            manifest = doc.get("manifest")
+            txn = manifest.get("txn") if isinstance(manifest, dict) else None
+            if not isinstance(txn, dict):
+                raise bad("is a commit decision without a manifest")
+            if txn.get("epoch") != epoch or txn.get("attempt") != attempt \
+                    or isinstance(txn.get("attempt"), bool):
+                raise bad(f"commits the manifest of epoch {txn.get('epoch')!r} attempt "
+                          f"{txn.get('attempt')!r}, but lies under epoch {epoch!r} attempt "
+                          f"{attempt}")
+            if str(txn.get("target", "")).rstrip("/") != target.rstrip("/"):
+                raise bad(f"commits a manifest of target {txn.get('target')!r}, not {target!r}")
+            if manifest.get("staging") != staging_uri:
+                raise bad(f"commits files staged at {manifest.get('staging')!r}, not at this "
+                          f"attempt's staging {staging_uri!r}")
+            if doc.get("txn_id") != manifest.get("txn_id"):
+                raise bad(f"has txn_id {doc.get('txn_id')!r} but its manifest "
+                          f"{manifest.get('txn_id')!r}")
+            if doc.get("mode", "move") not in ("move", "manifest"):
+                raise bad(f"has an unknown promotion mode {doc.get('mode')!r}")
+            if doc.get("verify", "checksum") not in ("checksum", "size"):
+                raise bad(f"has an unknown verification mode {doc.get('verify')!r}")
+        elif outcome != "abort":
+            raise bad(f"has an unknown outcome {outcome!r}")
+    elif kind == SUPERSEDED:
+        by = doc.get("by")
+        if not isinstance(by, int) or isinstance(by, bool) or by <= attempt:
+            raise bad(f"says a lower or no attempt ({by!r}) superseded attempt {attempt}")
+    return doc
+
+
 class Ledger:
-    """Reads and writes ledger records; every write is put-if-absent."""
+    """Reads and writes ledger records; every write is put-if-absent, every read checked."""
 
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
         self.storage = layout.storage
+        self.target = self.storage.uri(layout.root)
 
     @staticmethod
     def encode(doc: dict[str, Any]) -> bytes:
@@ -115,19 +228,33 @@ class Ledger:
         return canonical_json(doc)
 
     def read(self, epoch: str, attempt: int, kind: str) -> dict[str, Any] | None:
+        """The record ``kind`` of (epoch, attempt), checked against its path; None if absent."""
         path = self.layout.record(epoch, attempt, kind)
-        return self._decode(path, self.storage.read_bytes(path))
+        doc = self.decode(path, self.storage.read_bytes(path),
+                          MAX_DECISION_BYTES if kind == DECISION else MAX_RECORD_BYTES)
+        if doc is None:
+            return None
+        return check_record(kind, doc, epoch=epoch, attempt=attempt, target=self.target,
+                            staging_uri=self.storage.uri(self.layout.staging(epoch, attempt)),
+                            where=self.storage.uri(path))
 
-    def _decode(self, path: str, data: bytes | None) -> dict[str, Any] | None:
+    def decode(self, path: str, data: bytes | None,
+               limit: int = MAX_RECORD_BYTES) -> dict[str, Any] | None:
+        """Parse one record's bytes: a JSON object under ``limit`` bytes, or LedgerError."""
         if data is None:
             return None
+        if len(data) > limit:
+            raise LedgerError(f"ledger record {self.storage.uri(path)} is {len(data)} bytes, "
+                              f"above the {limit} byte cap of its kind; it was not written by "
+                              "airflow-tpc")
         try:
             doc = json.loads(data)
             if not isinstance(doc, dict):
                 raise ValueError
         except ValueError:
-            raise StorageError(f"ledger record {self.storage.uri(path)} is corrupt; it is never "
-                               "rewritten by airflow-tpc, so it was changed by hand") from None
+            raise LedgerError(f"ledger record {self.storage.uri(path)} is corrupt (not a JSON "
+                              "object); it is never rewritten by airflow-tpc, so it was changed "
+                              "by hand or damaged") from None
         return doc
 
     def create(self, epoch: str, attempt: int, kind: str, doc: dict[str, Any]) -> bool:
@@ -153,9 +280,9 @@ class Ledger:
         data = self.encode(doc)
         if self.storage.put_if_absent(path, data):
             return True, doc
-        existing = self._decode(path, self.storage.read_bytes(path))
-        if existing is None:  # pragma: no cover - only if someone deletes ledger records
-            raise StorageError(f"{self.storage.uri(path)} vanished after a conflicting write")
+        existing = self.read(epoch, attempt, kind)
+        if existing is None:  # only if someone deletes ledger records
+            raise LedgerError(f"{self.storage.uri(path)} vanished after a conflicting write")
         return existing == doc, existing
 
     def scan(self, epoch: str | None = None) -> dict[str, dict[int, AttemptRecords]]:
@@ -168,10 +295,12 @@ class Ledger:
             rel = info.path[len(self.layout.ledger_root):].strip("/").split("/")
             if len(rel) != 3 or not rel[0].startswith("epoch=") or not rel[2].endswith(".json"):
                 continue
-            m = _ATTEMPT_RE.match(rel[1])
+            m = ATTEMPT_DIR_RE.fullmatch(rel[1])
             if not m:
                 continue
             ep = rel[0][len("epoch="):]
+            if not EPOCH_RE.fullmatch(ep) or int(m.group(1)) < 1:
+                continue  # never written by airflow-tpc: not a transaction to act on
             rec = out[ep].setdefault(int(m.group(1)), AttemptRecords())
             rec.kinds.add(rel[2][: -len(".json")])
         return dict(out)

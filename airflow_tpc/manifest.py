@@ -23,7 +23,12 @@ FORMAT = "airflow-tpc-manifest"
 VERSION = 1
 MANIFEST_NAME = "_tpc_manifest.json"
 CHECKSUM_ALGOS = ("sha256", "md5", "etag")
-_CHECKSUM_RE = re.compile(r"^(sha256|md5|etag):[0-9A-Za-z\-]{1,128}$")
+_CHECKSUM_RE = re.compile(r"(sha256|md5|etag):[0-9A-Za-z\-]{1,128}")
+#: The largest manifest airflow-tpc writes or reads: about 300,000 files at the
+#: ~200 bytes an entry takes.  A larger document is refused before it is parsed
+#: (parsing and checking a 100 MB manifest stalls a commit for minutes); an epoch
+#: with more files should be written as fewer, larger files.
+MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 
 
 def canonical_json(obj: Any) -> bytes:
@@ -133,6 +138,9 @@ class Manifest:
         if isinstance(data, dict):
             doc = data
         else:
+            if len(data) > MAX_MANIFEST_BYTES:
+                raise ManifestError(f"{where} is {len(data)} bytes, above the "
+                                    f"{MAX_MANIFEST_BYTES} byte cap of a manifest")
             try:
                 doc = json.loads(data)
             except (ValueError, UnicodeDecodeError) as exc:
@@ -218,7 +226,7 @@ def _entry(raw: Any, where: str) -> FileEntry:
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise ManifestError(f"{where}: {path!r} has an invalid size {size!r}")
     checksum = raw.get("checksum")
-    if not isinstance(checksum, str) or not _CHECKSUM_RE.match(checksum):
+    if not isinstance(checksum, str) or not _CHECKSUM_RE.fullmatch(checksum):
         raise ManifestError(f"{where}: {path!r} has an invalid checksum {checksum!r}")
     rows = raw.get("rows")
     if rows is not None and (not isinstance(rows, int) or isinstance(rows, bool) or rows < 0):

@@ -23,10 +23,11 @@ import posixpath
 import re
 from typing import Any
 
-from .errors import StorageError
+from .errors import LedgerError, ManifestError, StorageError
 from .faults import crashpoint
-from .ledger import PUBLISHED_MARKER, Layout
-from .manifest import Manifest
+from .ledger import ATTEMPT_DIR_RE, MAX_RECORD_BYTES, PUBLISHED_MARKER, Layout
+from .manifest import MAX_MANIFEST_BYTES, Manifest
+from .staging import verify_against_storage
 
 _TAG_RE = re.compile(r"^a(\d{6,})-")
 
@@ -60,16 +61,37 @@ def marker_doc(manifest: Manifest, mode: str, paths: list[str]) -> dict[str, Any
 
 
 def _decode_marker(layout: Layout, epoch: str, data: bytes | None) -> dict[str, Any] | None:
+    """Parse a marker and check it belongs to ``epoch``: readers read exactly its files.
+
+    A marker copied from another epoch (or edited to list files elsewhere) would make
+    read-committed readers serve someone else's data as this epoch's, so every
+    listed path must lie in this epoch's published folder or in the staging of the
+    attempt the marker names.
+    """
     if data is None:
         return None
+    where = layout.storage.uri(layout.marker(epoch))
+    if len(data) > MAX_MANIFEST_BYTES + MAX_RECORD_BYTES:
+        raise LedgerError(f"published marker {where} is {len(data)} bytes, above the cap")
     try:
         doc = json.loads(data)
         if not isinstance(doc, dict) or not isinstance(doc.get("files"), list) \
-                or not isinstance(doc.get("attempt"), int):
+                or not isinstance(doc.get("attempt"), int) or isinstance(doc["attempt"], bool) \
+                or doc["attempt"] < 1 or not isinstance(doc.get("manifest_digest"), str):
             raise ValueError
     except ValueError:
-        raise StorageError(f"published marker {layout.storage.uri(layout.marker(epoch))} is "
-                           "corrupt") from None
+        raise LedgerError(f"published marker {where} is corrupt") from None
+    if doc.get("epoch") != epoch:
+        raise LedgerError(f"published marker {where} is for epoch {doc.get('epoch')!r}, not "
+                          f"{epoch!r}; it was copied or edited by hand")
+    allowed = (f"epoch={epoch}/",
+               _rel_to_root(layout, layout.staging(epoch, doc["attempt"])).rstrip("/") + "/")
+    for entry in doc["files"]:
+        path = entry.get("path") if isinstance(entry, dict) else None
+        if not isinstance(path, str) or not path.startswith(allowed) or "/../" in f"/{path}/":
+            raise LedgerError(f"published marker {where} lists {path!r}, outside epoch "
+                              f"{epoch}'s published folder and attempt {doc['attempt']}'s "
+                              "staging; it was copied or edited by hand")
     return doc
 
 
@@ -82,21 +104,22 @@ def _rel_to_root(layout: Layout, path: str) -> str:
     return path[len(root):] if path.startswith(root) else layout.storage.uri(path)
 
 
-def promote(layout: Layout, manifest: Manifest, mode: str, *,
+def promote(layout: Layout, manifest: Manifest, mode: str, *, verify: str = "checksum",
             staging_verified: bool = False) -> bool:
     """Publish ``manifest``'s files as epoch ``manifest.epoch``; idempotent.
 
     Returns False when a higher attempt is already published (nothing to do).
-    ``staging_verified``: the caller listed staging against this manifest moments
-    ago (the commit that just wrote the decision), so the check that every staged
-    file is still there — needed when rolling forward a decision of the past — is
-    skipped: it would list staging a second time (a stat a file locally, a paged
-    LIST on S3).
+    Before anything is published, staging is checked against the decided manifest
+    again (``verify`` is the decision's verification mode): between a decision and
+    its roll-forward a straggling task of the attempt may have added or rewritten
+    files, and those must never be published.  ``staging_verified``: the caller
+    did exactly that moments ago (the commit that just wrote the decision), so the
+    second listing is skipped.
     """
     with layout.storage.promotion_lock(layout.root):
         try:
-            return _promote(layout, manifest, mode, staging_verified)
-        except StorageError:
+            return _promote(layout, manifest, mode, verify, staging_verified)
+        except (StorageError, ManifestError):
             # A concurrent promoter may have finished (and removed staging) under us.
             current = read_marker(layout, manifest.epoch)
             if current is not None and current["attempt"] >= manifest.attempt \
@@ -105,22 +128,31 @@ def promote(layout: Layout, manifest: Manifest, mode: str, *,
             raise
 
 
-def _promote(layout: Layout, manifest: Manifest, mode: str, staging_verified: bool) -> bool:
+def _promote(layout: Layout, manifest: Manifest, mode: str, verify: str,
+             staging_verified: bool) -> bool:
     storage = layout.storage
     epoch, attempt = manifest.epoch, manifest.attempt
-    staging = layout.staging(epoch, attempt)
-    dst = layout.published_dir(epoch)
+    staging = layout.check_staging(epoch, attempt)
+    dst = layout.check_published(epoch)
     raw, version = storage.read_versioned(layout.marker(epoch))
     current = _decode_marker(layout, epoch, raw)
     if current is not None and current["attempt"] > attempt:
         return False  # a later attempt of this epoch is already what readers see
     done = current is not None and current["attempt"] == attempt
+    if done and current["manifest_digest"] != manifest.digest:
+        # Same attempt number, other data: the number was handed out twice (a lost
+        # ledger).  "Already published" is decided by digest, never by number alone.
+        raise LedgerError(
+            f"epoch {epoch}: readers see attempt {attempt} with manifest "
+            f"{current['manifest_digest']}, but the decision of attempt {attempt} commits "
+            f"{manifest.digest}; the attempt number was reused after the ledger was lost or "
+            "damaged. Nothing was changed; begin a new attempt of the epoch.")
+    if not done and not staging_verified:
+        _verify_staging(layout, manifest, verify)
 
     if storage.atomic_dir_rename and mode == "move":
         # Serialised by promotion_lock: check-then-swap cannot interleave.
         if not done:
-            if not staging_verified:
-                _require_staging(layout, manifest)
             paths = [f"epoch={epoch}/{f.path}" for f in manifest.files]
             crashpoint("promote.before_marker")
             storage.put(storage.join(staging, PUBLISHED_MARKER),
@@ -139,8 +171,6 @@ def _promote(layout: Layout, manifest: Manifest, mode: str, staging_verified: bo
         keep = {tagged(f.path, attempt) for f in manifest.files}
         paths = [f"epoch={epoch}/{tagged(f.path, attempt)}" for f in manifest.files]
         if not done:
-            if not staging_verified:
-                _require_staging(layout, manifest)
             sizes = {storage.join(staging, f.path): f.size for f in manifest.files}
             pairs = [(storage.join(staging, f.path), storage.join(dst, tagged(f.path, attempt)))
                      for f in manifest.files]
@@ -173,17 +203,19 @@ def _swap_marker(layout: Layout, manifest: Manifest, mode: str, paths: list[str]
                        "it keeps changing")  # pragma: no cover
 
 
-def _require_staging(layout: Layout, manifest: Manifest) -> None:
+def _verify_staging(layout: Layout, manifest: Manifest, verify: str) -> None:
+    """Staging must still be exactly the decided manifest: no file gone, none added,
+    none rewritten (sizes, and checksums or ETags under ``verify="checksum"``)."""
     staging = layout.staging(manifest.epoch, manifest.attempt)
-    storage = layout.storage
-    present = {o.path for o in storage.list(staging)}
-    missing = [f.path for f in manifest.files if storage.join(staging, f.path) not in present]
-    if missing:
-        raise StorageError(
-            f"cannot promote epoch {manifest.epoch} attempt {manifest.attempt}: {len(missing)} "
-            f"staged file(s) are gone (e.g. {missing[0]!r}) although the commit was decided. "
-            f"Staging {storage.uri(staging)} was changed outside airflow-tpc; the decision "
-            "record keeps the manifest, restore the files and run recover again.")
+    try:
+        verify_against_storage(layout.storage, staging, manifest, verify)
+    except ManifestError as exc:
+        raise ManifestError(
+            f"cannot promote epoch {manifest.epoch} attempt {manifest.attempt}: {exc}. Its "
+            f"staging {layout.storage.uri(staging)} changed after the commit was decided (a "
+            "straggling task, or a change outside airflow-tpc). Nothing was published or "
+            "deleted: the decision keeps the manifest; restore staging to it and run recover "
+            "again.") from None
 
 
 def _delete_displaced(layout: Layout, epoch: str, attempt: int, keep: set[str]) -> None:
@@ -206,16 +238,18 @@ def _delete_displaced(layout: Layout, epoch: str, attempt: int, keep: set[str]) 
     storage.delete_files(doomed)
 
 
-def staging_dirs(layout: Layout) -> dict[str, list[int]]:
-    """Staging folders that exist: epoch -> attempts."""
+def staging_dirs(layout: Layout, epoch: str | None = None) -> dict[str, list[int]]:
+    """Staging folders that exist (of every epoch, or of one): epoch -> attempts."""
     out: dict[str, list[int]] = {}
-    for ep_dir in layout.storage.list_dirs(layout.staging_root):
+    names = layout.storage.list_dirs(layout.staging_root) if epoch is None else [f"epoch={epoch}"]
+    for ep_dir in names:
         if not ep_dir.startswith("epoch="):
             continue
         epoch = ep_dir[len("epoch="):]
         attempts = []
         for name in layout.storage.list_dirs(layout.storage.join(layout.staging_root, ep_dir)):
-            if name.startswith("attempt=") and name[len("attempt="):].isdigit():
-                attempts.append(int(name[len("attempt="):]))
+            m = ATTEMPT_DIR_RE.fullmatch(name)
+            if m:
+                attempts.append(int(m.group(1)))
         out[epoch] = sorted(attempts)
     return out

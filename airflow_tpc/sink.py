@@ -21,6 +21,7 @@ from .errors import (
     CommitConflict,
     FencedError,
     InvalidState,
+    LedgerError,
     ManifestError,
     NamespaceConflict,
     StorageError,
@@ -37,10 +38,11 @@ from .ledger import (
     AttemptRecords,
     Layout,
     Ledger,
+    check_attempt,
     check_epoch,
     epoch_sort_key,
 )
-from .manifest import MANIFEST_NAME, FileEntry, Manifest
+from .manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, FileEntry, Manifest
 from .staging import checksum_for, list_staged, on_threads, verify_against_storage
 from .storage import Storage, open_storage
 from .transaction import (
@@ -72,8 +74,10 @@ class Sink:
                  config: SinkConfig | None = None,
                  storage: Storage | None = None) -> None:
         if not isinstance(namespace, str) or not namespace.strip() \
-                or len(namespace) > _NAMESPACE_MAX or any(c in namespace for c in "/\\\n\x00"):
-            raise TpcError(f"invalid namespace {namespace!r}: a non-empty name without '/'")
+                or len(namespace) > _NAMESPACE_MAX or any(c in namespace for c in "/\\\n\x00") \
+                or not _is_utf8(namespace):
+            raise TpcError(f"invalid namespace {namespace!r}: a non-empty UTF-8 name without "
+                           "'/', '\\', a newline or NUL")
         self.config = config or SinkConfig()
         if storage is None:
             storage, root = open_storage(target, storage_options,
@@ -87,6 +91,7 @@ class Sink:
             other, staging_root = open_storage(self.config.staging_root)
             if other.scheme != self.storage.scheme:
                 raise TpcError("staging_root must be on the same store as the target")
+        self.storage.check_target(root)
         self.layout = Layout(self.storage, root, staging_root)
         self.ledger = Ledger(self.layout)
         self.target = self.storage.uri(root)
@@ -100,8 +105,7 @@ class Sink:
         """Start a new attempt at ``epoch`` with a fencing number above every earlier one."""
         check_epoch(epoch)
         self._claim_namespace()
-        attempts = self.ledger.scan(epoch).get(epoch, {})
-        attempt = max(attempts, default=0) + 1
+        attempt = self._highest_attempt_seen(epoch) + 1
         owner = dict(owner or {})
         owner.setdefault("host", socket.gethostname())
         owner.setdefault("pid", os.getpid())
@@ -117,9 +121,22 @@ class Sink:
             attempt += 1  # another begin raced us to this number; take the next
         raise TpcError(f"could not allocate an attempt for epoch {epoch}")  # pragma: no cover
 
-    def transaction(self, epoch: str, attempt: int) -> Transaction:
+    def _highest_attempt_seen(self, epoch: str) -> int:
+        """The highest attempt of ``epoch`` visible anywhere: ledger, staging, marker.
+
+        The ledger alone is not enough: if it (or this epoch's part of it) was lost,
+        numbering from it would hand out a fencing number that a zombie, a staged
+        attempt or the published epoch already carries.
+        """
+        seen = max(self.ledger.scan(epoch).get(epoch, {}), default=0)
+        staged = _promote.staging_dirs(self.layout, epoch).get(epoch, [])
+        marker = _promote.read_marker(self.layout, epoch)
+        return max(seen, max(staged, default=0), marker["attempt"] if marker else 0)
+
+    def transaction(self, epoch: str, attempt: int | str) -> Transaction:
         """Load a transaction from its begin record."""
         check_epoch(epoch)
+        attempt = check_attempt(attempt)
         doc = self.ledger.read(epoch, attempt, BEGIN)
         if doc is None:
             raise InvalidState(f"{self.target}: no transaction for epoch {epoch} attempt {attempt}")
@@ -133,14 +150,40 @@ class Sink:
         attempts = self.ledger.scan(check_epoch(epoch)).get(epoch, {})
         return self.transaction(epoch, max(attempts)) if attempts else None
 
+    def claimed_namespace(self) -> str | None:
+        """The namespace the target is claimed by (``_tpc/sink.json``); None if unclaimed."""
+        path = self.layout.sink_record
+        doc = self.ledger.decode(path, self.storage.read_bytes(path))
+        if doc is None:
+            return None
+        owner = doc.get("namespace")
+        if doc.get("format") != "airflow-tpc-sink" or not isinstance(owner, str) or not owner:
+            raise LedgerError(f"{self.storage.uri(path)} is not a namespace claim (format "
+                              f"{doc.get('format')!r}, namespace {owner!r}); it was edited by "
+                              "hand or damaged. Restore it as {\"format\": \"airflow-tpc-sink\","
+                              " \"version\": 1, \"namespace\": \"<owner>\"}.")
+        return owner
+
+    def _check_claim(self, verb: str) -> None:
+        """The namespace claim binds every verb that changes the target, not only begin."""
+        owner = self.claimed_namespace()
+        if owner is None or owner == self.namespace:
+            return
+        if not self.config.allow_foreign_namespace:
+            raise NamespaceConflict(
+                f"{verb} refused: target {self.target} is owned by namespace {owner!r}, not "
+                f"{self.namespace!r}; pass allow_foreign_namespace=True (CLI: "
+                "--allow-foreign-namespace) if you mean to act on another pipeline's target.")
+        log.warning("%s of target %s (namespace %r) by namespace %r (allow_foreign_namespace)",
+                    verb, self.target, owner, self.namespace)
+
     def _claim_namespace(self) -> None:
         if self._claimed:
             return
         doc = {"format": "airflow-tpc-sink", "version": 1, "namespace": self.namespace}
         path = self.layout.sink_record
         if not self.storage.put_if_absent(path, self.ledger.encode(doc)):
-            existing = self.ledger._decode(path, self.storage.read_bytes(path)) or {}
-            owner = existing.get("namespace")
+            owner = self.claimed_namespace()
             if owner != self.namespace:
                 if not self.config.allow_foreign_namespace:
                     raise NamespaceConflict(
@@ -187,7 +230,7 @@ class Sink:
         if DECISION in attempts.get(txn.attempt, AttemptRecords()).kinds:
             raise FencedError(f"pre-commit refused for {txn.txn_id}: it is already decided")
         self._warn_age(txn)
-        staging = self.layout.staging(txn.epoch, txn.attempt)
+        staging = self.layout.check_staging(txn.epoch, txn.attempt)
         staged = list_staged(self.storage, staging)
         existing = self.read_manifest(txn)
         if existing is not None:
@@ -204,8 +247,14 @@ class Sink:
                    for (rel, info), checksum in zip(staged.items(), sums, strict=True)]
         manifest = Manifest.build(namespace=txn.namespace, target=txn.target, epoch=txn.epoch,
                                   attempt=txn.attempt, staging=txn.staging_uri, files=entries)
+        data = manifest.to_json_bytes()
+        if len(data) > MAX_MANIFEST_BYTES:
+            raise ManifestError(f"{txn.txn_id} staged {manifest.total_files} files: its "
+                                f"manifest would be {len(data)} bytes, above the "
+                                f"{MAX_MANIFEST_BYTES} byte cap; write fewer, larger files "
+                                "(e.g. coalesce or repartition before writing)")
         crashpoint("precommit.before_manifest")
-        self.storage.put(self.storage.join(staging, MANIFEST_NAME), manifest.to_json_bytes())
+        self.storage.put(self.storage.join(staging, MANIFEST_NAME), data)
         log.info("pre-committed %s: %d files, %d bytes, digest %s", txn.txn_id,
                  manifest.total_files, manifest.total_bytes, manifest.digest)
         return manifest
@@ -234,7 +283,7 @@ class Sink:
         scan = self.ledger.scan()
         attempts = scan.get(epoch, {})
         rec = attempts.get(txn.attempt, AttemptRecords())
-        decision = self.ledger.get(epoch, txn.attempt, rec, DECISION)
+        decision = self._decision(epoch, txn.attempt, rec)
         verified = False  # True: staging was just listed against the manifest
         if decision is None:
             try:
@@ -289,11 +338,11 @@ class Sink:
             raise ManifestError(f"manifest of {txn.txn_id} in storage has digest "
                                 f"{manifest.digest}, but {expected_digest} was validated: it "
                                 "changed after pre-commit")
-        verify_against_storage(self.storage, self.layout.staging(txn.epoch, txn.attempt),
+        verify_against_storage(self.storage, self.layout.check_staging(txn.epoch, txn.attempt),
                                manifest, self.config.verify)
         doc = {"outcome": "commit", "txn_id": txn.txn_id, "decided_at": time.time(),
-               "mode": self.config.promotion, "forced": bool(force and txn.expired()),
-               "manifest": manifest.to_dict()}
+               "mode": self.config.promotion, "verify": self.config.verify,
+               "forced": bool(force and txn.expired()), "manifest": manifest.to_dict()}
         crashpoint("commit.before_decision")
         created, winner = self.ledger.create_or_get(txn.epoch, txn.attempt, DECISION, doc)
         if not created:
@@ -311,10 +360,29 @@ class Sink:
             rec = attempts[attempt]
             if ABANDONED in rec.kinds:
                 continue
-            decision = self.ledger.get(epoch, attempt, rec, DECISION)
+            decision = self._decision(epoch, attempt, rec)
             if decision is not None and decision.get("outcome") == "commit":
                 return attempt, decision
         return None
+
+    def _decision(self, epoch: str, attempt: int, rec: AttemptRecords) -> dict[str, Any] | None:
+        """The attempt's decision, checked against its path and its begin record.
+
+        The ledger checks epoch, attempt, target and staging; the namespace a commit
+        decision's manifest names must also be the one its transaction began with.
+        """
+        decision = self.ledger.get(epoch, attempt, rec, DECISION)
+        if decision is None or decision.get("outcome") != "commit":
+            return decision
+        begin = self.ledger.get(epoch, attempt, rec, BEGIN)
+        named = decision["manifest"]["txn"].get("namespace")
+        if begin is not None and named != begin["namespace"]:
+            raise LedgerError(
+                f"ledger record {self.storage.uri(self.layout.record(epoch, attempt, DECISION))}"
+                f" commits a manifest of namespace {named!r}, but attempt {attempt} of epoch "
+                f"{epoch} began in namespace {begin['namespace']!r}; it was copied from "
+                "elsewhere or edited. Nothing was promoted or deleted on its account.")
+        return decision
 
     def _finish_epoch(self, epoch: str, attempts: dict[int, AttemptRecords],
                       known: Manifest | None = None, verified: bool = False,
@@ -339,14 +407,18 @@ class Sink:
             else:
                 manifest = Manifest.parse(raw, where=f"decision of {epoch}/{attempt}")
             if not _promote.promote(self.layout, manifest, decision.get("mode", "move"),
+                                    verify=decision.get("verify", "checksum"),
                                     staging_verified=reuse and verified):
                 # A higher attempt is already what readers see: it began and committed
                 # after ``attempts`` was listed (a commit overtaken after its decision).
                 # Judge again from a fresh listing; never mark this one published.
                 fresh = self.ledger.scan(epoch).get(epoch, {})
                 if not rescan or max(fresh, default=attempt) <= attempt:
-                    raise StorageError(f"epoch {epoch}: the published marker names a higher "
-                                       f"attempt than {attempt}, the ledger no committed one")
+                    raise LedgerError(
+                        f"epoch {epoch}: the published marker names a higher attempt than "
+                        f"{attempt}, but the ledger holds no higher commit (the ledger was "
+                        "lost or damaged). Nothing was changed: readers keep the published "
+                        "attempt; restore the ledger, or commit a new attempt of the epoch.")
                 attempts.clear()
                 attempts.update(fresh)
                 return self._finish_epoch(epoch, attempts, rescan=False)
@@ -413,20 +485,29 @@ class Sink:
     # ------------------------------------------------------------------ abort
     def abort(self, txn: Transaction, reason: str = "aborted") -> None:
         """Throw the attempt away: record ABORTED, remove its staging.  Idempotent."""
+        self._check_claim("abort")
         self._check_own(txn)
         self._abort(txn.epoch, txn.attempt, reason)
 
     def _abort(self, epoch: str, attempt: int, reason: str, expired: bool = False,
                best_effort: bool = False) -> None:
         """Record the abort decision, then remove staging (``best_effort``: see
-        :meth:`_clean_staging`; an explicit abort raises, so its caller retries)."""
+        :meth:`_clean_staging`; an explicit abort raises, so its caller retries).
+
+        Throwing away a complete pre-committed attempt is never quiet: a WARNING
+        names what is discarded (see :meth:`_discarded`).
+        """
         doc = {"outcome": "abort", "reason": reason, "expired": expired,
                "decided_at": time.time()}
         crashpoint("abort.before_decision")
+        sealed = self._discarded(epoch, attempt)
         created, winner = self.ledger.create_or_get(epoch, attempt, DECISION, doc)
         if not created and winner.get("outcome") == "commit":
             raise InvalidState(f"cannot abort {self.namespace}/{epoch}/{attempt}: it is "
                                "COMMITTED (use a new run of the epoch to replace its output)")
+        if created and sealed:
+            log.warning("DISCARDING %s/%s/%d, PRE-COMMITTED %s: %s. That output is never "
+                        "published.", self.namespace, epoch, attempt, sealed, reason)
         crashpoint("abort.after_decision")
         if best_effort:
             self._clean_staging(epoch, attempt)
@@ -436,6 +517,24 @@ class Sink:
         if created:
             log.info("aborted %s/%s/%d: %s", self.namespace, epoch, attempt, reason)
 
+    def _discarded(self, epoch: str, attempt: int) -> str:
+        """What an abort of (epoch, attempt) throws away, if it was pre-committed: the
+        file count, bytes, digest and first file names; "" if it was not sealed."""
+        try:
+            staging = self.layout.check_staging(epoch, attempt)
+            raw = self.storage.read_bytes(self.storage.join(staging, MANIFEST_NAME))
+        except StorageError as exc:
+            return f"(its staging cannot be inspected: {exc})"
+        if raw is None:
+            return ""
+        try:
+            m = Manifest.parse(raw)
+        except ManifestError:
+            return "(its staged manifest is invalid)"
+        first = ", ".join(f.path for f in m.files[:3]) + (", ..." if len(m.files) > 3 else "")
+        return (f"({m.total_files} files, {m.total_bytes} bytes, digest {m.digest}"
+                + (f"; files {first})" if first else ")"))
+
     # ---------------------------------------------------------------- recover
     def recover(self, *, ignore_failures_after_timeout: bool = False,
                 abort_undecided: bool = False, now: float | None = None) -> RecoveryReport:
@@ -444,20 +543,29 @@ class Sink:
         Stale means superseded by a higher attempt or past the transaction timeout.
         ``abort_undecided=True`` is Flink's ``recoverAndAbort``: use it when no writer
         of the target can still be alive (the pipeline restarted) — every attempt
-        without a decision is aborted, pre-committed or not.
+        without a decision is aborted, pre-committed or not.  Every pre-committed
+        attempt thrown away is named in a WARNING.
 
         Raises :class:`TpcError` (with ``.report``) if a decided commit still cannot be
-        carried out, so the failure surfaces on every restore; with
-        ``ignore_failures_after_timeout`` such a commit is given up — loudly — once it
-        is past its timeout.
+        carried out, or a ledger record of an epoch is damaged, so the failure
+        surfaces on every restore; such an epoch is left exactly as it is.  With
+        ``ignore_failures_after_timeout`` a commit that keeps failing is given up —
+        loudly — once it is past its timeout (never on a damaged record).
         """
+        self._check_claim("recover")
         now = time.time() if now is None else now
         report = RecoveryReport()
         scan = self.ledger.scan()
+        damaged: set[str] = set()
         for epoch in sorted(scan, key=epoch_sort_key):
             attempts = scan[epoch]
             try:
                 won = self._finish_epoch_recording(epoch, attempts, report)
+            except LedgerError as exc:
+                log.error("recover leaves epoch %s of %s untouched: %s", epoch, self.target, exc)
+                report.errors.append((epoch, -1, str(exc)))
+                damaged.add(epoch)
+                continue
             except TpcError as exc:
                 self._commit_failed(epoch, attempts, exc, report, now,
                                     ignore_failures_after_timeout)
@@ -477,21 +585,26 @@ class Sink:
                     self._abort(epoch, attempt, f"superseded by attempt {top}")
                     report.aborted.append((epoch, attempt, "superseded"))
                 elif abort_undecided:
-                    self._abort(epoch, attempt, "undecided at restore")
+                    self._abort(epoch, attempt, "undecided at restore (abort_undecided)")
                     report.aborted.append((epoch, attempt, "restore"))
                 elif now - started > timeout:
-                    self._expire(epoch, attempt, now - started, timeout)
+                    self._abort(epoch, attempt, f"expired after {now - started:.0f} s (timeout "
+                                f"{timeout:.0f} s)", expired=True)
                     report.aborted.append((epoch, attempt, "expired"))
                 elif now - started > self.config.warn_fraction * timeout:
                     log.warning("%s/%s/%d is %.0f s old (timeout %.0f s)", self.namespace,
                                 epoch, attempt, now - started, timeout)
         crashpoint("recover.before_cleanup")
-        report.cleaned = self._clean_finished_staging(scan)
+        report.cleaned = self._clean_finished_staging(scan, skip=damaged)
         if report.errors:
             first = report.errors[0]
-            err = TpcError(f"recover of {self.target} could not finish {len(report.errors)} "
-                           f"decided commit(s); first: epoch {first[0]} attempt {first[1]}: "
-                           f"{first[2]}. Nothing was lost: the decision and staged files are "
+            failed = len(report.errors) - len(damaged)
+            what = [f"could not finish {failed} decided commit(s)"] if failed else []
+            if damaged:
+                what.append(f"left {len(damaged)} epoch(s) with damaged ledger records untouched")
+            err = TpcError(f"recover of {self.target} {' and '.join(what)}; first: epoch "
+                           f"{first[0]}" + (f" attempt {first[1]}" if first[1] > 0 else "") +
+                           f": {first[2]}. Nothing was lost: decisions and staged files are "
                            "kept and the next recover retries.")
             err.report = report  # type: ignore[attr-defined]
             raise err
@@ -527,33 +640,29 @@ class Sink:
                   attempt, exc)
         report.errors.append((epoch, attempt, str(exc)))
 
-    def _expire(self, epoch: str, attempt: int, age: float, timeout: float) -> None:
-        staged = self.storage.read_bytes(self.storage.join(self.layout.staging(epoch, attempt),
-                                                           MANIFEST_NAME))
-        sealed = ""
-        if staged is not None:
-            try:
-                m = Manifest.parse(staged)
-                sealed = f" It was PRE-COMMITTED ({m.total_files} files, {m.total_bytes} bytes, " \
-                         f"digest {m.digest}): that output is discarded, never published."
-            except ManifestError:
-                sealed = " Its staged manifest was invalid."
-        log.warning("EXPIRING %s/%s/%d: %.0f s old, past its %.0f s timeout.%s", self.namespace,
-                    epoch, attempt, age, timeout, sealed)
-        self._abort(epoch, attempt, f"expired after {age:.0f} s (timeout {timeout:.0f} s)",
-                    expired=True)
-
-    def _clean_finished_staging(self, scan: dict[str, dict[int, AttemptRecords]]
+    def _clean_finished_staging(self, scan: dict[str, dict[int, AttemptRecords]],
+                                skip: set[str] = frozenset()  # type: ignore[assignment]
                                 ) -> list[tuple[str, int]]:
-        """Remove staging left by finished transactions (e.g. a zombie's late writes)."""
+        """Remove staging left by finished transactions (e.g. a zombie's late writes).
+
+        Only on the word of records that check out: an epoch with a damaged record
+        (``skip``, or found here) keeps all of its staging.
+        """
         cleaned = []
         for epoch, attempts in _promote.staging_dirs(self.layout).items():
+            if epoch in skip:
+                continue
             known = scan.get(epoch, {})
             for attempt in attempts:
                 rec = known.get(attempt)
                 if rec is None or DECISION not in rec.kinds:
                     continue  # unknown (begin in flight) or still open: not ours to remove
-                decision = self.ledger.get(epoch, attempt, rec, DECISION) or {}
+                try:
+                    decision = self._decision(epoch, attempt, rec) or {}
+                except LedgerError as exc:
+                    log.error("staging of %s/%s/%d kept: %s", self.namespace, epoch, attempt,
+                              exc)
+                    break
                 keep = decision.get("outcome") == "commit" and decision.get("mode") == "manifest" \
                     and SUPERSEDED not in rec.kinds and ABANDONED not in rec.kinds
                 if decision.get("outcome") == "commit" and PUBLISHED not in rec.kinds \
@@ -566,6 +675,7 @@ class Sink:
 
     def gc(self) -> list[tuple[str, int]]:
         """Remove staging of finished transactions (what recover cleans, without the rest)."""
+        self._check_claim("gc")
         return self._clean_finished_staging(self.ledger.scan())
 
     # ------------------------------------------------------------- inspection
@@ -635,6 +745,14 @@ class Sink:
     def output_uri(self, epoch: str) -> str:
         """Where epoch ``epoch`` is published (and where non-transactional modes write)."""
         return self.storage.uri(self.layout.published_dir(check_epoch(epoch)))
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: no record or path can hold it
+        return False
+    return True
 
 
 def _state_of_decision(decision: dict[str, Any]) -> str:

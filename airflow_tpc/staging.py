@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from .errors import ManifestError
-from .manifest import MANIFEST_NAME, FileEntry, Manifest
+from .manifest import MANIFEST_NAME, FileEntry, Manifest, check_relative_path
 from .storage import ObjectInfo, Storage
 
 _T = TypeVar("_T")
@@ -50,7 +50,15 @@ def is_hidden(relpath: str) -> bool:
 
 
 def list_staged(storage: Storage, staging: str) -> dict[str, ObjectInfo]:
-    """Visible files in staging, by path relative to it.  Symlinks are refused."""
+    """Visible files in staging, by path relative to it.
+
+    Refused, hidden or not (a local promotion moves the whole folder): symlinks
+    and hard-linked files, whose bytes live outside staging too.  Refused when
+    visible: names that are not valid UTF-8 (Spark can write them; no manifest can
+    name them) or that no manifest may list (a backslash, say) — at pre-commit,
+    not first at commit.  The caller checks that ``staging`` itself is a real
+    folder (:meth:`Layout.check_staging`).
+    """
     out: dict[str, ObjectInfo] = {}
     prefix = staging.rstrip("/") + "/"
     for info in storage.list(staging):
@@ -58,12 +66,28 @@ def list_staged(storage: Storage, staging: str) -> dict[str, ObjectInfo]:
         if rel is None or rel == MANIFEST_NAME:
             continue
         if info.is_symlink:
-            raise ManifestError(f"staging holds a symlink {rel!r}; symlinks could lead outside "
-                                "staging and are never promoted")
+            raise ManifestError(f"staging holds a symlink {_shown(rel)}; symlinks could lead "
+                                "outside staging and are never promoted")
+        if info.links > 1:
+            raise ManifestError(f"staging holds {_shown(rel)} with {info.links} hard links; "
+                                "its bytes are shared with a file outside staging, so it is "
+                                "never promoted (write a copy instead)")
         if is_hidden(rel):
             continue
+        try:
+            rel.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ManifestError(f"staging holds a file whose name is not valid UTF-8: "
+                                f"{_shown(rel)}; rename it (manifests and readers need UTF-8 "
+                                "names)") from None
+        check_relative_path(rel)
         out[rel] = info
     return out
+
+
+def _shown(rel: str) -> str:
+    """A file name safe to print: undecodable bytes escaped, never a crash in a message."""
+    return repr(rel)
 
 
 def checksum_for(storage: Storage, info: ObjectInfo, algo: str = "sha256") -> str:
@@ -110,5 +134,5 @@ def _check_checksum(storage: Storage, info: ObjectInfo, entry: FileEntry) -> Non
     else:
         actual = storage.checksum(info.path, algo)
     if actual != value:
-        raise ManifestError(f"{info.path.rsplit('/', 1)[-1]!r} does not match its manifest "
-                            f"checksum ({algo}); the file was altered after pre-commit")
+        raise ManifestError(f"{entry.path!r} does not match its manifest checksum ({algo}); "
+                            "the file was altered after pre-commit")

@@ -20,9 +20,24 @@ def open_storage(uri: str, options: dict[str, Any] | None = None,
     Only stores with a tested exactly-once backend are accepted: a local
     absolute path / ``file://`` URI, or ``s3://`` (``s3a://`` is read as S3).
     """
+    if not isinstance(uri, str) or not uri or "\x00" in uri or "\n" in uri:
+        raise UnsupportedStorage(f"target {uri!r} is not a path or URI (empty, or holds a NUL "
+                                 "or newline)")
+    try:
+        uri.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UnsupportedStorage(f"target {uri!r} is not valid UTF-8") from None
     parsed = urlparse(uri)
     scheme = parsed.scheme.lower()
     if scheme in ("", "file"):
+        if scheme and parsed.netloc not in ("", "localhost"):
+            # file://host/path names a file on another machine; reading it as /path
+            # would write somewhere the user did not mean.
+            raise UnsupportedStorage(f"target {uri!r} names host {parsed.netloc!r}; only local "
+                                     "paths (file:///path or file://localhost/path) are "
+                                     "supported")
+        if scheme and (parsed.query or parsed.fragment or parsed.params):
+            raise UnsupportedStorage(f"target {uri!r} has a query or fragment")
         path = parsed.path if scheme else uri
         if not path.startswith("/"):
             raise UnsupportedStorage(f"target {uri!r} must be an absolute path or file:// URI")
@@ -32,6 +47,10 @@ def open_storage(uri: str, options: dict[str, Any] | None = None,
     if scheme in ("s3", "s3a"):
         if not parsed.netloc:
             raise UnsupportedStorage(f"target {uri!r} has no bucket")
+        if parsed.query or parsed.fragment or parsed.params or "@" in parsed.netloc:
+            raise UnsupportedStorage(f"target {uri!r} has a query, fragment or user part; "
+                                     "use s3://bucket/prefix (credentials come from a "
+                                     "connection or the environment)")
         path = f"{parsed.netloc}/{parsed.path.strip('/')}".rstrip("/")
         return S3Storage(options, **kwargs), path
     raise UnsupportedStorage(

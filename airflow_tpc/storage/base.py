@@ -16,6 +16,8 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from ..errors import StorageError
+
 CHUNK = 8 * 1024 * 1024
 
 
@@ -27,6 +29,9 @@ class ObjectInfo:
     size: int
     etag: str | None = None
     is_symlink: bool = False
+    #: Hard links to the file (``st_nlink``); more than one means the bytes are
+    #: shared with a path outside staging.  Object stores have exactly one.
+    links: int = 1
 
 
 class Storage(ABC):
@@ -35,6 +40,9 @@ class Storage(ABC):
     scheme: str = ""
     #: True when a directory can be renamed/swapped atomically (promotion by rename).
     atomic_dir_rename: bool = False
+    #: False only for stores that cannot hold symbolic or hard links (object stores).
+    #: A store that can must implement :meth:`check_real_dirs`; the default refuses.
+    has_links: bool = True
 
     # -- naming ---------------------------------------------------------------
     @abstractmethod
@@ -113,6 +121,22 @@ class Storage(ABC):
     def promotion_lock(self, root: str) -> Iterator[None]:
         """Serialise promotions of one target where the store cannot compare-and-swap."""
         yield
+
+    def check_real_dirs(self, base: str, path: str) -> None:
+        """Refuse (:class:`StorageError`) unless every folder below ``base`` down to
+        ``path`` is a real directory, not a link.
+
+        Staging must lie inside the target for real: a symlinked attempt or epoch
+        folder would be published (or deleted) somewhere else.  Parts of ``path``
+        that do not exist yet pass.  Fails closed: a store with links must say how
+        to check them.
+        """
+        if self.has_links:
+            raise StorageError(f"{type(self).__name__} can hold links but cannot check for "
+                               "them; refusing to act on staging it cannot vouch for")
+
+    def check_target(self, root: str) -> None:  # noqa: B027 - a no-op where keys are names
+        """Refuse a target root that cannot be a folder (e.g. an existing regular file)."""
 
     def prune_empty_parent(self, path: str) -> None:
         """Remove the now-empty parent folder of ``path`` (object stores have none)."""

@@ -15,6 +15,7 @@ import errno
 import fcntl
 import os
 import shutil
+import stat
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -103,7 +104,7 @@ class LocalStorage(Storage):
                         st = entry.stat(follow_symlinks=False)
                     except FileNotFoundError:
                         continue
-                    out.append(ObjectInfo(entry.path, st.st_size, None, link))
+                    out.append(ObjectInfo(entry.path, st.st_size, None, link, st.st_nlink))
         return out
 
     def list_dirs(self, prefix: str) -> list[str]:
@@ -150,6 +151,39 @@ class LocalStorage(Storage):
             _unlink(tmp)
             raise StorageError(f"cannot write {path}: {exc.strerror}") from None
         return tmp
+
+    def check_real_dirs(self, base: str, path: str) -> None:
+        base = base.rstrip("/")
+        if path != base and not path.startswith(base + "/"):
+            raise StorageError(f"{path} is not inside {base}")
+        current = base
+        for part in path[len(base):].strip("/").split("/"):
+            if not part:
+                continue
+            current = os.path.join(current, part)
+            try:
+                st = os.lstat(current)
+            except FileNotFoundError:
+                return  # nothing below exists yet: nothing can lead elsewhere
+            except OSError as exc:
+                raise StorageError(f"cannot inspect {current}: {exc.strerror}") from None
+            if stat.S_ISLNK(st.st_mode):
+                raise StorageError(
+                    f"{current} is a symbolic link (to {os.readlink(current)!r}); airflow-tpc "
+                    "never publishes, lists or deletes through a link, since its real location "
+                    "is outside the target. Replace it with a real directory.")
+            if not stat.S_ISDIR(st.st_mode):
+                raise StorageError(f"{current} is not a directory")
+
+    def check_target(self, root: str) -> None:
+        try:
+            st = os.stat(root)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise StorageError(f"cannot use target {root}: {exc.strerror}") from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise StorageError(f"target {root} exists and is not a directory")
 
     def delete_prefix(self, prefix: str) -> None:
         if os.path.islink(prefix) or os.path.isfile(prefix):

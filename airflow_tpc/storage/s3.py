@@ -53,6 +53,7 @@ def _client_error_code(exc: Exception) -> str:
 class S3Storage(Storage):
     scheme = "s3"
     atomic_dir_rename = False
+    has_links = False  # keys are not links: nothing below a prefix leads elsewhere
 
     def __init__(self, options: dict[str, Any] | None = None, *, copy_workers: int = 16,
                  multipart_threshold: int = MULTIPART_COPY_THRESHOLD,
