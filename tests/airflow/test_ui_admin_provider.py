@@ -13,6 +13,8 @@ import pytest
 from airflow_tpc import Sink, TxnState
 
 REPO = Path(__file__).resolve().parents[2]
+#: What the plugin page's Abort button sends besides its JSON body (CSRF defence).
+JSON_ABORT = {"X-Airflow-TPC": "1"}
 pytestmark = pytest.mark.timeout(300)
 
 
@@ -93,8 +95,8 @@ def test_plugin_requires_auth_and_aborts(api_client, run_with_txn):
     # Unauthenticated: refused, on every route.
     assert api_client.get("/airflow-tpc/api/transactions", params=q).status_code == 401
     assert api_client.get("/airflow-tpc/", params=q).status_code == 401
-    r = api_client.post("/airflow-tpc/api/abort", params={**q, "epoch": "2026-06-01",
-                                                          "attempt": 1})
+    body = {"epoch": "2026-06-01", "attempt": 1}
+    r = api_client.post("/airflow-tpc/api/abort", params=q, json=body, headers=JSON_ABORT)
     assert r.status_code == 401
     assert api_client.get("/airflow-tpc/api/transactions", params=q,
                           headers={"Authorization": "Bearer forged"}).status_code in (401, 403)
@@ -112,13 +114,16 @@ def test_plugin_requires_auth_and_aborts(api_client, run_with_txn):
     viewer = {"Authorization": f"Bearer {_token('viewer')}"}
     assert api_client.get("/airflow-tpc/api/transactions", params=q,
                           headers=viewer).status_code == 200
-    r = api_client.post("/airflow-tpc/abort", params=q, headers=viewer,
-                        data={"epoch": "2026-06-01", "attempt": "1"})
+    r = api_client.post("/airflow-tpc/api/abort", params=q, headers={**viewer, **JSON_ABORT},
+                        json=body)
     assert r.status_code == 403
+    assert sink.describe("2026-06-01")[0].state is TxnState.PRECOMMITTED
 
-    r = api_client.post("/airflow-tpc/abort", params=q, headers=admin,
-                        data={"epoch": "2026-06-01", "attempt": "1"})
+    # Abort as the page does it: a JSON body with the custom header (see test_csrf.py).
+    r = api_client.post("/airflow-tpc/api/abort", params=q, headers={**admin, **JSON_ABORT},
+                        json=body)
     assert r.status_code == 200, r.text
+    assert r.json()["aborted"] == ["tpc_ui/2026-06-01/1"]
     [info] = sink.describe("2026-06-01")
     assert info.state is TxnState.ABORTED and info.staging_files == 0
     assert "admin" in info.reason
