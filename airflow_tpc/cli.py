@@ -8,7 +8,8 @@
 
 S3 endpoints and credentials come from the environment (``AWS_ENDPOINT_URL``,
 ``AWS_ACCESS_KEY_ID``, ...) or ``--endpoint-url``; they are never printed.
-The namespace defaults to the one the target was claimed by.
+The namespace defaults to the one the target was claimed by; acting on a target
+as another namespace needs ``--allow-foreign-namespace``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 from typing import Any
 
 from .errors import TpcError
+from .ledger import check_attempt
 from .sink import Sink
 from .transaction import SinkConfig
 
@@ -42,13 +44,18 @@ def open_sink(target: str, namespace: str | None, storage_options: dict[str, Any
     """A Sink for an existing target; the namespace defaults to the target's claim."""
     if namespace is None:
         probe = Sink(target, "_inspect", storage_options=storage_options)
-        raw = probe.storage.read_bytes(probe.layout.sink_record)
-        if raw is None:
+        namespace = probe.claimed_namespace()
+        if namespace is None:
             raise TpcError(f"{probe.target} has no airflow-tpc ledger (no _tpc/sink.json)")
-        namespace = json.loads(raw)["namespace"]
-        return Sink(target, namespace, storage_options=storage_options,
-                    config=SinkConfig(**config))
     return Sink(target, namespace, storage_options=storage_options, config=SinkConfig(**config))
+
+
+def _attempt(text: str) -> int:
+    """argparse type of ``--attempt``: a whole number from 1 (0 never means "latest")."""
+    try:
+        return check_attempt(text)
+    except TpcError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _age(seconds: float | None) -> str:
@@ -106,7 +113,7 @@ def cmd_status(sink: Sink, args: argparse.Namespace) -> Any:
 
 
 def cmd_abort(sink: Sink, args: argparse.Namespace) -> Any:
-    txn = sink.transaction(args.epoch, args.attempt) if args.attempt \
+    txn = sink.transaction(args.epoch, args.attempt) if args.attempt is not None \
         else sink.latest_transaction(args.epoch)
     if txn is None:
         raise TpcError(f"epoch {args.epoch} has no transaction")
@@ -147,10 +154,14 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--namespace", help="sink namespace (default: the target's owner)")
         p.add_argument("--endpoint-url", help="S3 endpoint (default: $AWS_ENDPOINT_URL)")
         p.add_argument("--json", action="store_true", help="print JSON")
+        if name in ("abort", "recover", "gc"):
+            p.add_argument("--allow-foreign-namespace", action="store_true",
+                           help="act on a target claimed by another namespace than --namespace")
         if name in ("list", "abort"):
             p.add_argument("--epoch", required=name == "abort")
         if name == "abort":
-            p.add_argument("--attempt", type=int)
+            p.add_argument("--attempt", type=_attempt,
+                           help="the attempt to abort (default: the epoch's latest)")
             p.add_argument("--reason", default="aborted from the command line")
         if name == "recover":
             p.add_argument("--abort-undecided", action="store_true",
@@ -164,7 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     try:
-        sink = open_sink(args.target, args.namespace, _storage_options(args))
+        config = {"allow_foreign_namespace": True} \
+            if getattr(args, "allow_foreign_namespace", False) else {}
+        sink = open_sink(args.target, args.namespace, _storage_options(args), **config)
         out = args.fn(sink, args)
     except TpcError as exc:
         print(f"error: {exc}", file=sys.stderr)

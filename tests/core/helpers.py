@@ -90,3 +90,29 @@ def assert_invariant(sink: Sink, expected: dict[str, list[bytes]], *,
     leftovers = [p for p in staging_files(sink)
                  if not any(p.startswith(prefix) for prefix in allowed)]
     assert leftovers == [], f"staging left behind by finished transactions: {leftovers[:3]}"
+
+
+def full_tree(sink: Sink, *extra_dirs: str) -> dict[str, bytes | str]:
+    """Every file under the target (ledger, staging, markers, data), byte for byte.
+
+    Locally symlinks are recorded as ``"-> <destination>"`` and never followed; any
+    ``extra_dirs`` (e.g. a folder outside the target a link points at) are included.
+    "Changes nothing" is asserted on this, not on the published files alone.
+    """
+    import os
+
+    out: dict[str, bytes | str] = {}
+    if sink.storage.scheme != "file":
+        for info in sink.storage.list(sink.layout.root):
+            out[info.path] = sink.storage.read_bytes(info.path)
+        return out
+    for top in (sink.layout.root, *extra_dirs):
+        for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
+            for name in dirnames + filenames:
+                path = os.path.join(dirpath, name)
+                if os.path.islink(path):
+                    out[path] = "-> " + os.readlink(path)
+                elif name in filenames:
+                    with open(path, "rb") as fh:
+                        out[path] = fh.read()
+    return out
