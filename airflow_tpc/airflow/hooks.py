@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseHook
 
 from airflow_tpc import Sink, SinkConfig, Transaction
+from airflow_tpc.storage.s3 import check_endpoint_url, public_s3_options
 
 if TYPE_CHECKING:
     from airflow.sdk.definitions.connection import Connection
@@ -26,19 +27,28 @@ TXN_XCOM_KEY = "tpc_txn"
 
 
 def public_options(options: dict[str, Any] | None) -> dict[str, Any]:
-    """Only the storage options that are safe to show (endpoint, region)."""
-    return {k: v for k, v in (options or {}).items() if k in PUBLIC_STORAGE_KEYS and v is not None}
+    """Only the storage options that are safe to show (endpoint without user info or query,
+    region)."""
+    return public_s3_options(options)
 
 
 def check_public(options: dict[str, Any] | None, where: str) -> dict[str, Any]:
-    """Refuse secrets in operator arguments: they would be rendered in the UI and logs."""
+    """Refuse secrets in operator arguments: they would be rendered in the UI and logs.
+
+    Only ``endpoint_url`` and ``region_name`` are accepted, and an endpoint carrying
+    ``user:secret@``, a query string or a fragment is refused too (the message never
+    repeats it).
+    """
     secret = sorted(set(options or {}) - set(PUBLIC_STORAGE_KEYS))
     if secret:
         raise ValueError(
             f"{where}: storage_options {secret} look like credentials; put them in an Airflow "
             "connection (storage_conn_id: login = access key, password = secret, extra = "
             '{"endpoint_url": ..., "region_name": ...}) instead of operator arguments.')
-    return dict(options or {})
+    options = dict(options or {})
+    if options.get("endpoint_url") is not None:
+        check_endpoint_url(options["endpoint_url"], f"{where}: storage_options['endpoint_url']")
+    return options
 
 
 def options_from_connection(conn: Connection | None) -> dict[str, Any]:
@@ -56,6 +66,9 @@ def options_from_connection(conn: Connection | None) -> dict[str, Any]:
             opts[name] = extra[name]
     if conn.host and "endpoint_url" not in opts:
         opts["endpoint_url"] = conn.host if "://" in conn.host else f"https://{conn.host}"
+    if "endpoint_url" in opts:
+        check_endpoint_url(opts["endpoint_url"],
+                           f"endpoint_url of connection {conn.conn_id!r}")
     return opts
 
 
@@ -115,7 +128,13 @@ class TpcHook(BaseHook):
         return self._sink
 
     def job_env(self) -> dict[str, str]:
-        """Credentials for the Spark job, passed through its environment (never its conf)."""
+        """The connection's credentials for the Spark job, as ``AWS_*`` variables.
+
+        Never returned to a caller that logs, and never passed as SparkSubmitOperator
+        ``env_vars`` (on YARN and Kubernetes those become ``--conf`` arguments, visible
+        in ``ps``): :class:`StagedSparkSubmitOperator` hands them over in a private file
+        or the spark-submit process's environment (see its ``job_credentials``).
+        """
         opts = options_from_connection(self._conn())
         env: dict[str, str] = {}
         if opts.get("key") and opts.get("secret"):

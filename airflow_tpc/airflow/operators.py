@@ -12,16 +12,20 @@ import contextlib
 import hashlib
 import json
 import os
+import re
+import shutil
 import tempfile
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from typing import cast as typing_cast
 
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, BaseOperator
 
-from airflow_tpc import DeliveryGuarantee, InvalidState, SinkConfig, Transaction, TxnState
+from airflow_tpc import DeliveryGuarantee, InvalidState, SinkConfig, TpcError, Transaction, TxnState
 from airflow_tpc.airflow.hooks import TXN_XCOM_KEY, TpcHook, check_public
 from airflow_tpc.airflow.links import ManifestLink, TransactionLink
 from airflow_tpc.faults import crashpoint
@@ -75,10 +79,141 @@ def _build_zip(path: str) -> str:
 
 
 def job_payload(txn: Transaction, *, guarantee: str, promotion: str,
-                public_storage: dict[str, Any]) -> str:
-    """The JSON for ``spark.airflow_tpc.txn``: the transaction, never a credential."""
-    return json.dumps({**txn.to_dict(), "guarantee": str(guarantee), "promotion": promotion,
-                       "storage": public_storage}, sort_keys=True)
+                public_storage: dict[str, Any], credentials_file: str | None = None) -> str:
+    """The JSON for ``spark.airflow_tpc.txn``: the transaction, never a credential.
+
+    ``credentials_file`` is the *name* (not the content) of the file shipped with
+    ``--files`` that holds the job's credentials (see ``job_credentials``).
+    """
+    doc = {**txn.to_dict(), "guarantee": str(guarantee), "promotion": promotion,
+           "storage": public_storage}
+    if credentials_file:
+        doc["credentials_file"] = credentials_file
+    return json.dumps(doc, sort_keys=True)
+
+
+# -- handing credentials to spark-submit, never on its command line ------------------------
+
+#: How :class:`StagedSparkSubmitOperator` hands the storage connection's credentials to the
+#: job. None of them puts a secret on spark-submit's command line or in the Spark conf.
+JOB_CREDENTIALS = ("auto", "file", "env", "none")
+#: Names of the credentials files shipped with ``--files`` (the job finds them by name).
+CREDENTIALS_FILE_PREFIX = "tpc-credentials-"
+#: ``env_vars`` names that look like secrets: refused where the hook turns env_vars into
+#: ``--conf`` arguments (YARN, Kubernetes).
+_SECRET_NAME = re.compile(r"(?i)secret|passw|token|credential|private.?key|access.?key|session")
+
+
+class SecretOnCommandLine(TpcError, ValueError):
+    """A credential would appear on spark-submit's command line or in its Spark conf."""
+
+
+def resolve_job_credentials(mode: str, master: str, deploy_mode: str | None) -> str:
+    """``file``, ``env`` or ``none``: how credentials reach the job for this master/deploy mode.
+
+    ``auto`` is ``env`` for a ``local[...]`` master (driver and executors are processes of
+    spark-submit and inherit its environment; nothing is written to disk) and ``file``
+    otherwise. Combinations that cannot keep the secret off the command line and still
+    deliver it are refused, never degraded silently.
+    """
+    mode = str(mode).lower()
+    if mode not in JOB_CREDENTIALS:
+        raise ValueError(f"job_credentials must be one of {list(JOB_CREDENTIALS)}, not {mode!r}")
+    master = str(master or "")
+    cluster = deploy_mode == "cluster"
+    if mode == "auto":
+        mode = "env" if master.startswith("local") else "file"
+    if mode == "env" and cluster:
+        raise SecretOnCommandLine(
+            "job_credentials='env' cannot reach a driver in cluster deploy mode: only the "
+            "spark-submit process gets that environment, and passing it on (env_vars) would put "
+            "the secret on the command line as --conf. Use job_credentials='file' (YARN), or "
+            "'none' with the cluster's own credentials (instance role, IRSA, Kubernetes secrets).")
+    if mode == "file" and cluster and master.startswith(("k8s://", "spark://")):
+        where = ("Kubernetes would upload it to spark.kubernetes.file.upload.path"
+                 if master.startswith("k8s://") else
+                 "a standalone cluster does not ship --files to a driver it launches")
+        raise SecretOnCommandLine(
+            "job_credentials='file' is not supported in cluster deploy mode on "
+            f"{master.split(':')[0]} ({where}). Use job_credentials='none' and give driver "
+            "and executors their credentials the cluster's way: a Kubernetes secret "
+            "(spark.kubernetes.driver.secretKeyRef.AWS_ACCESS_KEY_ID=<secret>:<key>, the same "
+            "for AWS_SECRET_ACCESS_KEY and spark.kubernetes.executor.secretKeyRef.*), IRSA or "
+            "an instance role; or use client deploy mode.")
+    return mode
+
+
+def refuse_secrets_in_argv(argv: Sequence[str], secrets: Sequence[str], where: str) -> None:
+    """Fail closed if any secret value appears in ``argv`` (the message never shows it)."""
+    for i, arg in enumerate(argv):
+        if any(secret and secret in str(arg) for secret in secrets):
+            shown = str(arg).split("=", 1)[0] if "=" in str(arg) else f"argument {i}"
+            raise SecretOnCommandLine(
+                f"{where}: a credential of the storage connection would appear on the "
+                f"spark-submit command line (in {shown!r}), where `ps` shows it to every user. "
+                "Remove it from conf/application_args/env_vars; the operator hands the "
+                "connection's credentials to the job itself (job_credentials).")
+
+
+def refuse_secret_env_vars(env_vars: dict[str, Any] | None, master: str, where: str) -> None:
+    """On YARN/Kubernetes the hook turns env_vars into ``--conf`` arguments: no secrets there."""
+    if not env_vars or not ("yarn" in master or "k8s" in master):
+        return
+    names = sorted(k for k in env_vars if _SECRET_NAME.search(str(k)))
+    if names:
+        raise SecretOnCommandLine(
+            f"{where}: env_vars {names} look like credentials, and with master "
+            f"{master.split(':')[0]!r} SparkSubmitHook passes env_vars as --conf arguments "
+            "(visible in `ps` and the Spark UI). Give them through storage_conn_id (handed over "
+            "by job_credentials) or the cluster's secret mechanism instead.")
+
+
+def write_credentials_file(env: dict[str, str]) -> str:
+    """A new 0600 file in a new 0700 directory holding ``env`` as JSON; returns its path."""
+    directory = tempfile.mkdtemp(prefix="airflow_tpc-cred-")  # mode 0700
+    path = os.path.join(directory, f"{CREDENTIALS_FILE_PREFIX}{uuid.uuid4().hex}.json")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(env, fh)
+    return path
+
+
+def remove_credentials_file(path: str | None) -> None:
+    if path:
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+
+
+class SecretSafeSparkSubmitHook(SparkSubmitHook):
+    """SparkSubmitHook that puts extra variables in spark-submit's *process* environment
+    only (never ``--conf``) and refuses to build a command line holding a secret."""
+
+    _tpc_env: dict[str, str]
+    _tpc_secrets: tuple[str, ...]
+
+    @classmethod
+    def adopt(cls, hook: SparkSubmitHook, env: dict[str, str], secrets: Sequence[str]
+              ) -> SecretSafeSparkSubmitHook:
+        # The provider's operator builds its hook with ~35 arguments; re-typing the built
+        # instance (this subclass adds no state of its own) follows them in every version.
+        hook.__class__ = cls
+        hook = typing_cast(cls, hook)
+        hook._tpc_env = dict(env)
+        hook._tpc_secrets = tuple(s for s in secrets if s)
+        return hook
+
+    def _build_spark_common_args(self) -> list[str]:
+        args = super()._build_spark_common_args()
+        refuse_secrets_in_argv(args, self._tpc_secrets, "spark-submit")
+        if self._tpc_env:
+            # submit() passes self._env to Popen: the process environment, not argv.
+            self._env = {**(self._env or {}), **self._tpc_env}
+        return args
+
+    def _build_spark_submit_command(self, application: str) -> list[str]:
+        # checked before the provider logs the command line
+        refuse_secrets_in_argv([application, *(self._application_args or [])],
+                               self._tpc_secrets, "spark-submit")
+        return super()._build_spark_submit_command(application)
 
 
 class _TpcMixin:
@@ -132,6 +267,13 @@ class StagedSparkSubmitOperator(_TpcMixin, SparkSubmitOperator):
     :param epoch: templated; defaults to the run's data interval start (``YYYY-MM-DD``).
     :param guarantee: ``EXACTLY_ONCE`` (default), ``AT_LEAST_ONCE`` or ``NONE``.
     :param ship_package: add the job-side ``airflow_tpc`` zip to ``py_files``.
+    :param job_credentials: how the ``storage_conn_id`` credentials reach the job, never
+        on spark-submit's command line nor in its Spark conf: ``auto`` (default: ``env``
+        for a ``local[...]`` master, else ``file``), ``env`` (spark-submit's process
+        environment; client/local deploy mode only), ``file`` (a 0600 file shipped with
+        ``--files``, found by the job by name, deleted when spark-submit returns; not for
+        Kubernetes or standalone cluster deploy mode) or ``none`` (the job uses its default
+        credential chain). Refused combinations fail before the transaction begins.
     """
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "target",
@@ -144,7 +286,11 @@ class StagedSparkSubmitOperator(_TpcMixin, SparkSubmitOperator):
                  storage_options: dict[str, Any] | None = None,
                  sink_config: SinkConfig | dict[str, Any] | None = None,
                  guarantee: str = DeliveryGuarantee.EXACTLY_ONCE.value,
-                 ship_package: bool = True, **kwargs: Any) -> None:
+                 ship_package: bool = True, job_credentials: str = "auto",
+                 **kwargs: Any) -> None:
+        if str(job_credentials).lower() not in JOB_CREDENTIALS:
+            raise ValueError(f"job_credentials must be one of {list(JOB_CREDENTIALS)}, "
+                             f"not {job_credentials!r}")
         if kwargs.get("durable"):
             raise ValueError("StagedSparkSubmitOperator cannot be durable: a retry must run a new "
                              "attempt, never reconnect to the previous attempt's job")
@@ -154,11 +300,40 @@ class StagedSparkSubmitOperator(_TpcMixin, SparkSubmitOperator):
         self.epoch = epoch
         self.guarantee = DeliveryGuarantee(str(guarantee).upper()).value
         self.ship_package = ship_package
+        self.job_credentials = str(job_credentials).lower()
         self.durable = False
+        self._tpc_env: dict[str, str] = {}
+        self._tpc_secrets: tuple[str, ...] = ()
+
+    def _get_hook(self) -> SparkSubmitHook:
+        return SecretSafeSparkSubmitHook.adopt(super()._get_hook(), getattr(self, "_tpc_env", {}),
+                                               getattr(self, "_tpc_secrets", ()))
+
+    def plan_job_credentials(self, env: dict[str, str]) -> str:
+        """Decide how ``env`` (the connection's ``AWS_*``) reaches the job; refuse unsafe setups.
+
+        Reads the Spark connection (master, deploy mode) like the submit will. Returns
+        ``file``, ``env`` or ``none``; sets what the hook puts in the process environment
+        and which values must never appear on the command line.
+        """
+        connection = SparkSubmitOperator._get_hook(self)._connection
+        master, deploy_mode = str(connection["master"]), connection["deploy_mode"]
+        refuse_secret_env_vars(self.env_vars, master, type(self).__name__)
+        self._tpc_secrets = tuple(v for k, v in env.items()
+                                  if k in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"))
+        self._tpc_env = {}
+        if not env or self.job_credentials == "none":
+            return "none"
+        mode = resolve_job_credentials(self.job_credentials, master, deploy_mode)
+        if mode == "env":
+            self._tpc_env = dict(env)
+        return mode
 
     def execute(self, context: Context) -> None:
         self._forget_previous_job(context)
         hook = self.tpc_hook()
+        # before begin: a setup that would leak or not deliver credentials fails here
+        mode = self.plan_job_credentials(hook.job_env())
         sink = hook.get_sink()
         txn = sink.begin(str(self.epoch), owner=_owner(context))
         self.log.info("Began %s (fencing number %d); staging %s", txn.txn_id, txn.attempt,
@@ -169,22 +344,34 @@ class StagedSparkSubmitOperator(_TpcMixin, SparkSubmitOperator):
             **txn.to_dict(), "storage_conn_id": self.storage_conn_id,
             "storage_options": hook.public_options})
         TransactionLink.persist(context, txn)
-        self.conf = {**(self.conf or {}), SPARK_CONF_KEY: job_payload(
-            txn, guarantee=self.guarantee, promotion=sink.config.promotion,
-            public_storage=hook.job_public_options())}
-        if self.ship_package:
-            shipped = package_zip()
-            self.py_files = f"{self.py_files},{shipped}" if self.py_files else shipped
-        env = hook.job_env()
-        if env:
-            self.env_vars = {**(self.env_vars or {}), **env}
-        self._hook = None  # rebuild the hook with the conf/py_files/env above
+        files = self.files
+        cred_path = None
         try:
+            if mode == "file":
+                # The path travels on the command line (--files) and the *name* in the
+                # payload; the content only in the file (0600, in a 0700 directory).
+                cred_path = write_credentials_file(hook.job_env())
+                self.files = f"{files},{cred_path}" if files else cred_path
+            self.conf = {**(self.conf or {}), SPARK_CONF_KEY: job_payload(
+                txn, guarantee=self.guarantee, promotion=sink.config.promotion,
+                public_storage=hook.job_public_options(),
+                credentials_file=os.path.basename(cred_path) if cred_path else None)}
+            if self.ship_package:
+                shipped = package_zip()
+                self.py_files = f"{self.py_files},{shipped}" if self.py_files else shipped
+            if mode != "none":
+                self.log.info("Credentials of %s reach the job by %s (never the command line)",
+                              self.storage_conn_id, "a --files file" if mode == "file"
+                              else "spark-submit's environment")
+            self._hook = None  # rebuild the hook with the conf/py_files/files above
             super().execute(context)
         except BaseException as exc:
             # The attempt is dead: throw its staging away now and fence a late job.
             self._abort_quietly(sink, txn, f"spark job failed: {type(exc).__name__}")
             raise
+        finally:
+            remove_credentials_file(cred_path)
+            self.files = files
 
     def _forget_previous_job(self, context: Context) -> None:
         """Drop the durable job id a previous try may have stored (belt and braces)."""

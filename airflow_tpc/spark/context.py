@@ -9,7 +9,10 @@ number) and hands the job a small JSON document, the *payload*::
 in the Spark conf key ``spark.airflow_tpc.txn`` (``--conf`` of spark-submit), or,
 as a fallback, in the environment variable ``AIRFLOW_TPC_TXN``.  The payload is
 visible in the Spark UI, so it never carries credentials: the job takes S3 keys
-from its own environment (``AWS_ACCESS_KEY_ID`` ...), as boto/s3fs always do.
+from a credentials file the operator shipped with ``--files`` (the payload names
+the file, ``"credentials_file"``; the job finds it with ``SparkFiles`` or in its
+working directory) or from its own environment (``AWS_ACCESS_KEY_ID`` ...), as
+boto/s3fs always do.
 
 This module imports only the standard library and the pure core; pyspark is
 used through the ``spark`` object the caller passes in.
@@ -28,6 +31,7 @@ from ..errors import FencedError, InvalidState, TpcError
 from ..manifest import Manifest
 from ..sink import Sink
 from ..staging import list_staged
+from ..storage.s3 import check_endpoint_url, public_s3_options
 from ..transaction import DeliveryGuarantee, SinkConfig, Transaction
 
 log = logging.getLogger("airflow_tpc.spark")
@@ -45,6 +49,12 @@ SIDECAR_PREFIX = "_tpc_write-"
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 
 _STAGING_TAIL = re.compile(r"/epoch=[^/]+/attempt=\d{6,}/?$")
+#: A credentials file is named, never a path: a plain file name shipped with --files.
+_CREDENTIALS_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+#: The variables a credentials file may hold (the same names as the environment's).
+_CREDENTIAL_VARS = {"AWS_ACCESS_KEY_ID": "key", "AWS_SECRET_ACCESS_KEY": "secret",
+                    "AWS_SESSION_TOKEN": "token"}
+_FILE_CREDENTIALS: dict[str, dict[str, Any]] = {}
 
 
 class NoTransactionError(TpcError):
@@ -60,21 +70,84 @@ def _as_guarantee(value: Any) -> DeliveryGuarantee:
 
 
 def public_storage_options(options: dict[str, Any] | None) -> dict[str, Any]:
-    """The part of ``options`` that may be shown in a UI: endpoint and region only."""
-    return {k: options[k] for k in PUBLIC_STORAGE_KEYS if options and options.get(k) is not None}
+    """The part of ``options`` that may be shown in a UI: endpoint and region only.
+
+    An endpoint with ``user:secret@`` or a query string loses them here (it is refused
+    where it is accepted; this is the second line of defence).
+    """
+    return public_s3_options(options)
 
 
 def build_payload(txn: Transaction, *, guarantee: DeliveryGuarantee | str = "EXACTLY_ONCE",
                   promotion: str = "move",
-                  storage_options: dict[str, Any] | None = None) -> str:
+                  storage_options: dict[str, Any] | None = None,
+                  credentials_file: str | None = None) -> str:
     """The JSON the submit operator puts in ``spark.airflow_tpc.txn`` (or ``AIRFLOW_TPC_TXN``).
 
     Secrets in ``storage_options`` are dropped here on purpose: the Spark conf is
-    shown in the Spark UI and in logs.
+    shown in the Spark UI and in logs.  ``credentials_file`` is the *name* of a file
+    shipped with ``--files`` holding ``AWS_*`` credentials as JSON (never its content).
     """
     doc = {**txn.to_dict(), "guarantee": _as_guarantee(guarantee).value,
            "promotion": promotion, "storage": public_storage_options(storage_options)}
+    if credentials_file:
+        doc["credentials_file"] = _check_credentials_file_name(credentials_file, "payload")
     return json.dumps(doc, sort_keys=True)
+
+
+def _check_credentials_file_name(name: Any, where: str) -> str:
+    if not isinstance(name, str) or not _CREDENTIALS_FILE_NAME.fullmatch(name):
+        raise TpcError(f"{where}: 'credentials_file' must be a plain file name (letters, digits, "
+                       "'.', '_', '-'), the name of a file shipped with --files")
+    return name
+
+
+def _credentials_file_candidates(name: str) -> list[str]:
+    """Where a file shipped with ``--files`` lands: SparkFiles' root (local, standalone,
+    Kubernetes client; executors and Python workers too), else the working directory
+    (YARN localizes ``--files`` into each container's working directory)."""
+    out = []
+    try:
+        from pyspark import SparkFiles
+
+        out.append(os.path.join(SparkFiles.getRootDirectory(), name))
+    except Exception:  # noqa: BLE001 - no pyspark, or no SparkContext in this process
+        pass
+    out.append(os.path.join(os.getcwd(), name))
+    return out
+
+
+def _credentials_from_file(name: str) -> dict[str, Any]:
+    """S3 options from the credentials file the payload names (cached per process).
+
+    A named file that cannot be found or read is an error, never a silent fall back to
+    another identity.  Messages name the file, never its content.
+    """
+    for path in _credentials_file_candidates(name):
+        if path in _FILE_CREDENTIALS:
+            return _FILE_CREDENTIALS[path]
+        try:
+            with open(path, encoding="utf-8") as fh:
+                doc = json.load(fh)
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError):
+            raise TpcError(f"the credentials file {name} shipped with the job cannot be read "
+                           "or is not JSON") from None
+        if not isinstance(doc, dict) or not all(
+                isinstance(doc.get(k), str) and doc[k]
+                for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")):
+            raise TpcError(f"the credentials file {name} must be a JSON object with "
+                           "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
+        opts = {opt: doc[var] for var, opt in _CREDENTIAL_VARS.items()
+                if isinstance(doc.get(var), str) and doc[var]}
+        _FILE_CREDENTIALS[path] = opts
+        return opts
+    raise TpcError(
+        f"the payload names the credentials file {name}, but it is neither in SparkFiles' "
+        "directory nor in the working directory: it must be shipped with spark-submit "
+        "--files (the submit operator does this; a standalone cluster in cluster deploy mode "
+        "cannot).")
 
 
 def spark_conf_for(txn: Transaction, **kwargs: Any) -> dict[str, str]:
@@ -110,6 +183,9 @@ class JobTransaction:
     #: Credentials given explicitly in standalone mode: kept on this process only,
     #: never serialised (:meth:`to_json` drops them; executors use their environment).
     credentials: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: Name of the file (shipped with ``--files``) holding this job's credentials; it
+    #: wins over the environment. Only the name travels (payload, ``to_json``).
+    credentials_file: str | None = None
 
     # -- identity ------------------------------------------------------------
     @property
@@ -159,6 +235,9 @@ class JobTransaction:
         """Options for fsspec/the core on this process: public ones + env credentials."""
         if not self.target.startswith(("s3://", "s3a://")):
             return {}
+        from_file = _credentials_from_file(self.credentials_file) if self.credentials_file else {}
+        if from_file:
+            return {**self.storage, **from_file, **self.credentials}
         return {**self.storage, **_credentials_from_env(), **self.credentials}
 
     def fsspec_options(self) -> dict[str, Any]:
@@ -176,7 +255,7 @@ class JobTransaction:
     # -- (de)serialisation ---------------------------------------------------
     def to_json(self) -> str:
         return build_payload(self.txn, guarantee=self.guarantee, promotion=self.promotion,
-                             storage_options=self.storage)
+                             storage_options=self.storage, credentials_file=self.credentials_file)
 
     @classmethod
     def from_payload(cls, payload: str | dict[str, Any], *, where: str = "payload"
@@ -200,9 +279,18 @@ class JobTransaction:
                 f"{where} carries storage options {secret}: only {list(PUBLIC_STORAGE_KEYS)} "
                 "may travel in the Spark conf (it is shown in the Spark UI). Give the job its "
                 "credentials through its environment (AWS_ACCESS_KEY_ID, ...) instead.")
+        if storage.get("endpoint_url") is not None:
+            try:
+                check_endpoint_url(storage["endpoint_url"], f"{where}: storage endpoint_url")
+            except ValueError as exc:
+                raise TpcError(str(exc)) from None
+        cred_file = doc.get("credentials_file")
+        if cred_file is not None:
+            cred_file = _check_credentials_file_name(cred_file, where)
         guarantee = _as_guarantee(doc.get("guarantee", DeliveryGuarantee.EXACTLY_ONCE.value))
         txn = Transaction.from_dict(doc)
-        return cls(txn, guarantee, str(doc.get("promotion", "move")), dict(storage))
+        return cls(txn, guarantee, str(doc.get("promotion", "move")), dict(storage),
+                   credentials_file=cred_file)
 
     # -- the core ------------------------------------------------------------
     def sink(self) -> Sink:

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from ..errors import StorageError
+from ..errors import StorageError, TpcError
 from .base import CHUNK, ObjectInfo, Storage
 
 #: Objects above this size are copied with multipart ``UploadPartCopy`` (S3's
@@ -28,6 +29,82 @@ MULTIPART_CHUNK = 512 * 1024**2
 T = TypeVar("T")
 
 _PUBLIC_OPTION_KEYS = ("endpoint_url", "region_name")
+
+
+class UnsafeEndpointError(TpcError, ValueError):
+    """An endpoint URL that would carry a secret (user info, query string, fragment)."""
+
+
+def check_endpoint_url(url: Any, where: str = "endpoint_url") -> str:
+    """The endpoint URL, or one clear error if it could carry a secret.
+
+    An endpoint travels in operator arguments, XComs, trigger kwargs, the Spark conf
+    and ``repr``, so it may hold only ``http(s)://host[:port][/path]``: a
+    ``user:secret@`` part, a query string (a presigned signature, a token) or a
+    fragment is refused.  The message never repeats the URL (it is the secret).
+    Credentials belong in a connection's login/password or the job's environment.
+    """
+    if not isinstance(url, str) or not url:
+        raise UnsafeEndpointError(f"{where} must be a non-empty string URL")
+    problems = []
+    if "@" in url:
+        problems.append("a user name or password ('user:secret@')")
+    if "?" in url:
+        problems.append("a query string")
+    if "#" in url:
+        problems.append("a fragment")
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
+        problems.append("whitespace or control characters")
+    if not problems:
+        try:
+            parts = urllib.parse.urlsplit(url)
+            ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+            if ok:
+                parts.port  # noqa: B018 - raises ValueError on a malformed port
+        except ValueError:
+            ok = False
+        if not ok:
+            problems.append("no http:// or https:// scheme and host")
+    if problems:
+        raise UnsafeEndpointError(
+            f"{where} is refused: it carries {' and '.join(problems)}. An endpoint may only be "
+            "http(s)://host[:port][/path]; put credentials in the storage connection "
+            "(login = access key id, password = secret) or the job's environment, never in "
+            "the URL (the URL is shown in the UI, XComs, the Spark conf and logs).")
+    return url
+
+
+def redact_endpoint_url(url: Any) -> str | None:
+    """What may be *shown* of an endpoint: scheme, host, port and path; never user info or query.
+
+    For output paths (``repr``, public options) as a second line of defence: inputs are
+    refused by :func:`check_endpoint_url` already.
+    """
+    if url is None:
+        return None
+    try:
+        return check_endpoint_url(url)
+    except UnsafeEndpointError:
+        pass
+    try:
+        parts = urllib.parse.urlsplit(str(url))
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+        path = parts.path if "@" not in parts.path else ""
+    except ValueError:
+        return "<redacted endpoint>"
+    if parts.scheme not in ("http", "https") or not host:
+        return "<redacted endpoint>"
+    return f"{parts.scheme}://{host}{port}{path}"
+
+
+def public_s3_options(options: dict[str, Any] | None) -> dict[str, Any]:
+    """The options that may be shown or travel: endpoint (redacted) and region only."""
+    out = {k: options[k] for k in _PUBLIC_OPTION_KEYS
+           if options and options.get(k) is not None}
+    if "endpoint_url" in out:
+        out["endpoint_url"] = redact_endpoint_url(out["endpoint_url"])
+    return out
 
 
 #: A response body cut mid-stream (aiohttp under s3fs; botocore's StreamingBody).
@@ -59,6 +136,8 @@ class S3Storage(Storage):
                  multipart_threshold: int = MULTIPART_COPY_THRESHOLD,
                  multipart_chunk: int = MULTIPART_CHUNK) -> None:
         self._options = dict(options or {})
+        if self._options.get("endpoint_url") is not None:
+            check_endpoint_url(self._options["endpoint_url"], "S3 endpoint_url")
         self.copy_workers = copy_workers
         self.multipart_threshold = multipart_threshold
         self.multipart_chunk = multipart_chunk
@@ -67,12 +146,11 @@ class S3Storage(Storage):
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:  # never show credentials
-        shown = {k: self._options[k] for k in _PUBLIC_OPTION_KEYS if k in self._options}
-        return f"S3Storage({shown})"
+        return f"S3Storage({public_s3_options(self._options)})"
 
     def public_options(self) -> dict[str, Any]:
         """Options that may travel (to Spark conf, XCom): endpoint and region only."""
-        return {k: self._options[k] for k in _PUBLIC_OPTION_KEYS if k in self._options}
+        return public_s3_options(self._options)
 
     # -- clients --------------------------------------------------------------
     @property
