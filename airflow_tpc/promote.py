@@ -124,7 +124,7 @@ def promote(layout: Layout, manifest: Manifest, mode: str, *, verify: str = "che
             current = read_marker(layout, manifest.epoch)
             if current is not None and current["attempt"] >= manifest.attempt \
                     and not layout.storage.list(layout.staging(manifest.epoch, manifest.attempt)):
-                return current["attempt"] == manifest.attempt
+                return _is_this(current, manifest)
             raise
 
 
@@ -138,15 +138,8 @@ def _promote(layout: Layout, manifest: Manifest, mode: str, verify: str,
     current = _decode_marker(layout, epoch, raw)
     if current is not None and current["attempt"] > attempt:
         return False  # a later attempt of this epoch is already what readers see
-    done = current is not None and current["attempt"] == attempt
-    if done and current["manifest_digest"] != manifest.digest:
-        # Same attempt number, other data: the number was handed out twice (a lost
-        # ledger).  "Already published" is decided by digest, never by number alone.
-        raise LedgerError(
-            f"epoch {epoch}: readers see attempt {attempt} with manifest "
-            f"{current['manifest_digest']}, but the decision of attempt {attempt} commits "
-            f"{manifest.digest}; the attempt number was reused after the ledger was lost or "
-            "damaged. Nothing was changed; begin a new attempt of the epoch.")
+    # "Already published" is decided by digest, never by attempt number alone.
+    done = current is not None and _is_this(current, manifest)
     if not done and not staging_verified:
         _verify_staging(layout, manifest, verify)
 
@@ -198,9 +191,26 @@ def _swap_marker(layout: Layout, manifest: Manifest, mode: str, paths: list[str]
         raw, version = storage.read_versioned(layout.marker(manifest.epoch))
         current = _decode_marker(layout, manifest.epoch, raw)
         if current is not None and current["attempt"] >= manifest.attempt:
-            return current["attempt"] == manifest.attempt
+            return _is_this(current, manifest)
     raise StorageError(f"could not update the published marker of epoch {manifest.epoch}: "
                        "it keeps changing")  # pragma: no cover
+
+
+def _is_this(current: dict[str, Any], manifest: Manifest) -> bool:
+    """Whether the marker (at or above the manifest's attempt) publishes this manifest.
+
+    False when a higher attempt is published.  The same attempt with another digest
+    means the attempt number was handed out twice (a lost ledger): refused.
+    """
+    if current["attempt"] != manifest.attempt:
+        return False
+    if current["manifest_digest"] != manifest.digest:
+        raise LedgerError(
+            f"epoch {manifest.epoch}: readers see attempt {manifest.attempt} with manifest "
+            f"{current['manifest_digest']}, but the decision of attempt {manifest.attempt} "
+            f"commits {manifest.digest}; the attempt number was reused after the ledger was "
+            "lost or damaged. Nothing was changed; begin a new attempt of the epoch.")
+    return True
 
 
 def _verify_staging(layout: Layout, manifest: Manifest, verify: str) -> None:
