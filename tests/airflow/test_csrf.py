@@ -249,3 +249,60 @@ def test_csrf_refusal_rules(headers, base_url, refused):
                           base_url)
     assert (reason is not None) is refused, reason
     assert csrf_refusal("GET", Headers({"origin": FOREIGN}), "http://api.local/", "") is None
+
+
+_NODE_HARNESS = r"""
+const calls = [];
+let confirmAnswer = process.argv[2] === "yes";
+globalThis.window = {confirm: (text) => { calls.push(["confirm", text]); return confirmAnswer; }};
+const message = {textContent: ""};
+globalThis.document = {getElementById: (id) => (id === "tpc-message" ? message : null)};
+globalThis.fetch = async (url, init) => {
+  calls.push(["fetch", url, init]);
+  return {ok: true, status: 200, json: async () => ({aborted: ["t/1"], refused: []})};
+};
+const button = {disabled: false, textContent: "Abort",
+                dataset: JSON.parse(process.env.TPC_DATASET)};
+__SCRIPT__
+tpcAbort(button).then(() => {
+  console.log(JSON.stringify({calls, message: message.textContent, button}));
+});
+"""
+
+
+def test_page_script_confirms_then_posts_json_with_the_header(api_client, precommitted, tmp_path):
+    """The served page's own script, run by node with a stub DOM: nothing is sent when
+    confirm() is answered No; Yes sends one same-origin JSON POST with the header."""
+    import html
+    import json
+    import re
+    import shutil
+    import subprocess
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    q, _, _ = precommitted
+    page = api_client.get("/airflow-tpc/", params=q, headers=_cookie("admin")).text
+    script = re.search(r"<script>(.*?)</script>", page, re.S).group(1)
+    button = re.search(r"<button ([^>]*)>Abort</button>", page).group(1)
+    dataset = {k: html.unescape(v) for k, v in re.findall(r'data-(\w+)="([^"]*)"', button)}
+    harness = tmp_path / "harness.js"
+    harness.write_text(_NODE_HARNESS.replace("__SCRIPT__", script))
+
+    def run(answer: str) -> dict:
+        out = subprocess.run([node, str(harness), answer], capture_output=True, text=True,
+                             timeout=60, env={**os.environ, "TPC_DATASET": json.dumps(dataset)})
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    declined = run("no")
+    assert [c[0] for c in declined["calls"]] == ["confirm"]
+    assert TXN_ID in declined["calls"][0][1]
+    accepted = run("yes")
+    [confirm, (kind, url, init)] = accepted["calls"]
+    assert kind == "fetch" and url == "/airflow-tpc/api/abort?dag_id=tpc_it_gate&run_id=ui-test-run"
+    assert init["method"] == "POST" and init["credentials"] == "same-origin"
+    assert init["headers"] == {"Content-Type": "application/json", CSRF_HEADER: "1"}
+    assert json.loads(init["body"]) == {"epoch": EPOCH, "attempt": 1}
+    assert accepted["button"]["textContent"] == "Aborted" and "t/1" in accepted["message"]
