@@ -3,7 +3,7 @@
     python bench/bench_spark.py --rows 1000000 5000000
 
 For each row count, in one Spark session (local[2]), repeated and interleaved
-so drift hits every variant alike:
+(the order rotates every repetition) so drift hits every variant alike:
 
 - plain:        ``df.write.parquet(<final dir>)`` — no guarantee at all;
 - native-eo:    begin, ``df.write.parquet(txn.output_uri)`` into staging,
@@ -35,10 +35,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+for _p in reversed([p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]):
+    sys.path.insert(0, _p)  # an export of airflow_tpc on PYTHONPATH wins over the checkout
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    [str(REPO), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]])
+os.environ["PYTHONPATH"] = os.pathsep.join(  # an export on PYTHONPATH wins over the checkout
+    [*[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p], str(REPO)])
 
 sys.path.insert(0, str(REPO / "bench"))
 import plotting  # noqa: E402  (bench/plotting.py)
@@ -48,6 +50,8 @@ from airflow_tpc import Sink, SinkConfig  # noqa: E402
 from airflow_tpc.spark import JobTransaction, build_payload, write_tpc  # noqa: E402
 
 VARIANTS = ("plain", "native-eo", "native-eo-size", "tpc-source")
+#: A ratio to the plain write within this of 1 is reported as parity.
+PARITY = 0.05
 SIZES: dict[str, int] = {}  # variant -> bytes of the last sealed write (for the report)
 LOADS: dict[int, tuple[float, float]] = {}  # rows -> 1-min load average before, after
 BYTES: dict[int, int] = {}  # rows -> bytes of Parquet one write produces
@@ -98,8 +102,9 @@ def bench(spark, rows: int, reps: int, work: Path) -> dict[str, list[dict[str, f
     times: dict[str, list[dict[str, float]]] = {v: [] for v in VARIANTS}
     for v in VARIANTS:  # warm-up: JIT, Python workers, imports
         runs[v]()
-    for _ in range(reps):
-        for v in VARIANTS:
+    for rep in range(reps):  # the order rotates: each variant goes first in turn
+        k = rep % len(VARIANTS)
+        for v in VARIANTS[k:] + VARIANTS[:k]:
             times[v].append(runs[v]())
     LOADS[rows] = (load_before, os.getloadavg()[0])
     BYTES[rows] = SIZES.get("native-eo", 0)
@@ -143,6 +148,11 @@ def git_commit() -> str:
                                check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+    import airflow_tpc
+
+    where = Path(airflow_tpc.__file__).resolve().parent
+    if not where.is_relative_to(REPO):  # an export of a commit, see bench_core.code_origin
+        return f"{head} ({os.environ.get('TPC_BENCH_CODE') or 'airflow_tpc from ' + str(where)})"
     return head + (" + uncommitted changes in airflow_tpc/" if dirty else "")
 
 
@@ -195,8 +205,10 @@ def report(results: dict[int, dict[str, list[dict[str, float]]]], reps: int,
         "Airflow, begin runs in the submit task and commit in the commit task, so this is "
         "all the Spark job itself pays. Both are far less sensitive than end-to-end ratios "
         "to other load on the machine. *Paired ratio* = median over repetitions of "
-        "(this variant's run / the plain run just before it), which cancels slow drifts "
-        "in load. Rows: id, int key, double, string, timestamp; "
+        "(this variant's run / the plain run of the same repetition), which cancels slow "
+        "drifts in load; the order of the variants rotates every repetition (each goes "
+        "first in turn), so none always runs right after another. A ratio within 5 % of 1 "
+        "is parity with the plain write. Rows: id, int key, double, string, timestamp; "
         "Parquet/snappy; 2 tasks (2 files per write).",
         "",
         "| rows | variant | median s | min s | max s | ratio to plain (medians) "
@@ -205,13 +217,17 @@ def report(results: dict[int, dict[str, list[dict[str, float]]]], reps: int,
     ]
     for rows, times in results.items():
         for v, st in summary(times).items():
+            ratio, pair = f"{st['ratio']:.3f}", f"{st['paired']:.3f}"
             if v == "plain":
+                ratio, pair = "1 (baseline)", "1 (baseline)"
                 extra = "— | — | — | —"
             else:
+                ratio += " (parity)" if abs(st["ratio"] - 1) <= PARITY else ""
+                pair += " (parity)" if abs(st["paired"] - 1) <= PARITY else ""
                 extra = (f"{st['overhead']:.3f} | {st['overhead_pct']:.1f} % | "
                          f"{st['precommit']:.3f} | {st['precommit_pct']:.1f} %")
             lines.append(f"| {rows:,} | {v} | {st['median']:.2f} | {st['min']:.2f} | "
-                         f"{st['max']:.2f} | {st['ratio']:.3f} | {st['paired']:.3f} | {extra} |")
+                         f"{st['max']:.2f} | {ratio} | {pair} | {extra} |")
     lines += ["", "Median time of each phase (s; *write* is Spark's part, the rest the "
               "protocol's):", "",
               "| rows | variant | begin | write | pre-commit | commit |",

@@ -23,7 +23,8 @@ IMG_DIR = ROOT / "docs" / "img"
 RESULTS_DIR = ROOT / "bench" / "results"
 
 # One colour per thing measured, the same in every plot.
-COLORS = {"v1": "#7f7f7f", "size": "#1f77b4", "checksum": "#ff7f0e", "precommit": "#2ca02c",
+COLORS = {"v1": "#7f7f7f", "v2": "#bcbd22", "default": "#9467bd", "size": "#1f77b4",
+          "checksum": "#ff7f0e", "precommit": "#2ca02c", "manifest": "#2ca02c",
           "plain": "#7f7f7f", "native-eo": "#1f77b4", "native-eo-size": "#17becf",
           "tpc-source": "#ff7f0e", "seq": "#d62728", "par": "#1f77b4"}
 
@@ -134,55 +135,70 @@ def plot_core(data: dict[str, Any], img_dir: Path = IMG_DIR) -> dict[str, Path]:
     local = data.get("local") or []
     if local:
         ns = [r["n"] for r in local]
+        tpc = list(local[0]["commit"])
         fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 4),
                                       gridspec_kw={"width_ratios": [3, 2]})
-        _errbar(ax, ns, [r["v1_rename"] for r in local], "FileOutputCommitter v1 renames",
-                COLORS["v1"])
-        _errbar(ax, ns, [r["commit"]["size"] for r in local], "tpc commit, verify=size",
-                COLORS["size"])
-        _errbar(ax, ns, [r["commit"]["checksum"] for r in local],
-                "tpc commit, verify=checksum", COLORS["checksum"])
-        _errbar(ax, ns, [r["precommit"]["size"] + r["precommit"]["checksum"] for r in local],
-                "tpc precommit (in the job)", COLORS["precommit"], ls="--")
+        _errbar(ax, ns, [r["job_commit"]["v1"] for r in local],
+                "Hadoop FileOutputCommitter v1 commitJob", COLORS["v1"])
+        v2 = [r for r in local if "v2" in r["job_commit"]]
+        if v2:
+            _errbar(ax, [r["n"] for r in v2],
+                    [[a + b for a, b in zip(r["task_commit"]["v2"], r["job_commit"]["v2"],
+                                            strict=True)] for r in v2],
+                    "v2 commitTask + commitJob", COLORS["v2"], ls=":")
+        for v in tpc:
+            _errbar(ax, ns, [r["commit"][v] for r in local], f"tpc commit ({v})",
+                    COLORS.get(v, COLORS["size"]))
+        _errbar(ax, ns, [r["precommit"]["default"] for r in local],
+                "tpc precommit (default; in the job)", COLORS["precommit"], ls="--")
         _log_axis(ax, _sec_label)
         _files_axis(ax, ns)
         ax.set_ylabel("time (median, min–max; log scale)")
-        ax.set_title("Local disk: one epoch's job commit")
-        ax.legend(fontsize=8)
-        for key, label in (("size", "verify=size"), ("checksum", "verify=checksum")):
-            ax2.plot(ns, [_paired(r["commit"][key], r["v1_rename"]) for r in local],
-                     marker="o", ms=4, color=COLORS[key], label=label)
+        ax.set_title("Local disk: one epoch's commit")
+        ax.legend(fontsize=7)
+        vals = []
+        for v in tpc:
+            ys = [_paired(r["commit"][v], r["job_commit"]["v1"]) for r in local]
+            vals += ys
+            ax2.plot(ns, ys, marker="o", ms=4, color=COLORS.get(v, COLORS["size"]),
+                     label=f"tpc ({v}) / v1")
         ax2.axhline(1, color=COLORS["v1"], lw=1, ls=":")
-        _ratio_axis(ax2, [_paired(r["commit"][k], r["v1_rename"]) for r in local
-                          for k in ("size", "checksum")])
+        ax2.axhline(0.05, color="#d62728", lw=1, ls="--", label="goal 0.05x")
+        _ratio_axis(ax2, [*vals, 0.05])
         _files_axis(ax2, ns)
-        ax2.set_ylabel("tpc commit / v1 renames (paired median; log scale)")
-        ax2.set_title("Ratio in the same run (1 = as fast as v1)")
+        ax2.set_ylabel("tpc commit / v1 commitJob (paired; log)")
+        ax2.set_title("Ratio in the same run (1 = as slow as v1)")
         ax2.legend(fontsize=8)
         out["local"] = _save(fig, img_dir / "core-local-commit.svg")
 
-    s3 = data.get("s3") or []
-    if s3:
-        workers = sorted({int(w) for w in s3[0]["commit"]})
-        w1, wn = str(workers[0]), str(workers[-1])
-        fig, axes = plt.subplots(1, len(s3), figsize=(4 * len(s3) + 1, 3.6), squeeze=False)
-        for ax, r in zip(axes[0], s3, strict=True):
-            labels = [f"copy_workers={w1}", f"copy_workers={wn}"]
-            commit = [_med(r["commit"][w1]), _med(r["commit"][wn])]
-            copies = [_med(r["copies"][w1]), _med(r["copies"][wn])]
-            colors = [COLORS["seq"], COLORS["par"]]
-            ax.bar(labels, commit, color=colors, alpha=0.35, label="whole commit")
-            ax.bar(labels, copies, color=colors, label="of which server-side copies")
-            for i, (c, k) in enumerate(zip(commit, copies, strict=True)):
-                ax.text(i, c, f"{c:.2f} s", ha="center", va="bottom", fontsize=8)
-                ax.text(i, k / 2, f"copies\n{k:.2f} s", ha="center", va="center", fontsize=7,
-                        color="white")
-            speed = _paired(r["commit"][w1], r["commit"][wn])
-            ax.set_title(f"{r['n']:,} files: sequential / parallel = {speed:.2f}x (paired)")
-            ax.set_ylabel("seconds (median)")
-            ax.grid(axis="x", visible=False)
-        fig.suptitle("S3 (moto server on 127.0.0.1): promotion of one epoch "
-                     "(dark: server-side copies, light: the rest of the commit)", fontsize=10)
+    for r in data.get("s3") or []:
+        modes = list(r["commit"])
+        fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
+        meds = [_med(r["commit"][m]) for m in modes]
+        colors = [COLORS["par"], COLORS["seq"], COLORS["manifest"], COLORS["v1"]][:len(modes)]
+        ax.bar(modes, meds, color=colors,
+               yerr=[[m - min(r["commit"][k]) for m, k in zip(meds, modes, strict=True)],
+                     [max(r["commit"][k]) - m for m, k in zip(meds, modes, strict=True)]],
+               capsize=3)
+        for i, m in enumerate(meds):
+            ax.text(i, m, f"{m:.2f} s", ha="center", va="bottom", fontsize=8)
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(lambda v, _pos: _sec_label(v))
+        ax.set_ylabel("commit, seconds (median, min–max; log)")
+        ax.set_title(f"{r['n']:,} files, {r['latency_ms'][0]:g}-{r['latency_ms'][1]:g} ms "
+                     "a request")
+        ax.grid(axis="x", visible=False)
+        ax.tick_params(axis="x", labelsize=7, labelrotation=15)
+        reqs = [sum(r["commit_requests"][m][-1].values()) for m in modes]
+        ax2.bar(modes, reqs, color=colors)
+        for i, q in enumerate(reqs):
+            ax2.text(i, q, f"{q:,}", ha="center", va="bottom", fontsize=8)
+        ax2.set_yscale("log")
+        ax2.set_ylabel("requests per commit (log)")
+        ax2.set_title("Requests one commit sends")
+        ax2.grid(axis="x", visible=False)
+        ax2.tick_params(axis="x", labelsize=7, labelrotation=15)
+        fig.suptitle("S3 (moto behind a latency proxy): promotion of one epoch", fontsize=10)
         out["s3"] = _save(fig, img_dir / "core-s3-commit.svg")
 
     mem = data.get("memory") or []
@@ -194,7 +210,7 @@ def plot_core(data: dict[str, Any], img_dir: Path = IMG_DIR) -> dict[str, Path]:
                   ("marker_bytes", "published marker", "#2ca02c", ":"),
                   ("xcom_bytes", "XCom pointer (PrecommitSensor)", "#d62728", "-")]
         for key, label, color, ls in series:
-            pts = [(m["n"], m[key]) for m in mem if m.get(key)]
+            pts = [(m["n"], m[key]) for m in mem if (m.get(key) or 0) > 0]
             if pts:
                 ax.plot(*zip(*pts, strict=True), marker="o", ms=4, label=label, color=color,
                         ls=ls)
