@@ -655,8 +655,8 @@ class XComProbe:
             self.proc = subprocess.Popen(
                 [sys.executable, str(Path(__file__).with_name("xcom_probe.py"))],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors, text=True,
-                env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                    [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])})
+                env={**os.environ, "PYTHONPATH": os.pathsep.join(  # an export wins, as here
+                    [*filter(None, [os.environ.get("PYTHONPATH")]), str(ROOT)])})
         assert self.proc.stdin is not None and self.proc.stdout is not None
         # What the submit task pushes (StagedSparkSubmitOperator.execute) and the sensor pulls.
         doc = {**txn.to_dict(), "storage_conn_id": None, "storage_options": {}}
