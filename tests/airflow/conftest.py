@@ -36,6 +36,33 @@ os.environ.update({
     "PYSPARK_PYTHON": sys.executable,
     "PYSPARK_DRIVER_PYTHON": sys.executable,
 })
+# Room for a busy machine (the suite runs on 2 shared cores): Airflow's
+# infrastructure timeouts at their defaults turn a slow run into a failed one
+# before any task code runs.  A slow machine must give a slow pass.  setdefault:
+# an explicit setting in the environment wins.
+for _key, _value in {
+    # The task supervisor's Execution API client (every task's start, heartbeat,
+    # XCom and state call): per-request timeout (default 5 s), then retries with
+    # random exponential back-off (default 5 attempts, about 31 s in all).  Timeouts,
+    # dropped connections and 5xx answers are retried; the long timeout matters more,
+    # since retrying a request the server did process (e.g. "start") gets a 409.
+    "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "300",
+    "AIRFLOW__WORKERS__EXECUTION_API_RETRIES": "10",
+    "AIRFLOW__WORKERS__EXECUTION_API_RETRY_WAIT_MIN": "1",
+    "AIRFLOW__WORKERS__EXECUTION_API_RETRY_WAIT_MAX": "30",
+    # The supervisor kills its task after this many heartbeats failed in a row (default 3).
+    "AIRFLOW__WORKERS__MAX_FAILED_HEARTBEATS": "20",
+    # The scheduler fails a running task whose heartbeat is older than this (default
+    # 300 s), and a task queued longer than this (default 600 s; it is also the
+    # lifetime of the queued workload's token).
+    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "1800",
+    "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "1800",
+    # A scheduler whose own heartbeat is older than this is "unhealthy" (default 30 s).
+    "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "600",
+    # Task tokens (refreshed on use; default 600 s).
+    "AIRFLOW__EXECUTION_API__JWT_EXPIRATION_TIME": "3600",
+}.items():
+    os.environ.setdefault(_key, _value)
 # spark-submit must be the venv's (it is on PATH when the venv is active; make sure).
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
