@@ -29,6 +29,16 @@ from typing import Any
 
 from .errors import CommitConflict, LedgerError, TpcError
 from .manifest import MAX_MANIFEST_BYTES, canonical_json
+from .records import (  # noqa: F401 - the kinds are part of this module's interface
+    ABANDONED,
+    BEGIN,
+    CLOSED,
+    DECISION,
+    PUBLISHED,
+    SUPERSEDED,
+    Record,
+    parse_record,
+)
 from .storage import Storage
 
 TPC_DIR = "_tpc"
@@ -42,8 +52,6 @@ _ATTEMPT_TEXT_RE = re.compile(r"[0-9]{1,12}")
 MAX_RECORD_BYTES = 1024 * 1024
 MAX_DECISION_BYTES = MAX_MANIFEST_BYTES + MAX_RECORD_BYTES
 
-BEGIN, DECISION, PUBLISHED, ABANDONED, SUPERSEDED = (
-    "begin", "decision", "published", "abandoned", "superseded")
 
 
 def check_epoch(epoch: Any) -> str:
@@ -142,75 +150,7 @@ class AttemptRecords:
     """Which ledger records one attempt has (from a listing), plus any read so far."""
 
     kinds: set[str] = field(default_factory=set)
-    docs: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-
-def _num(doc: dict[str, Any], key: str) -> bool:
-    value = doc.get(key)
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def check_record(kind: str, doc: dict[str, Any], *, epoch: str, attempt: int, target: str,
-                 staging_uri: str, where: str) -> dict[str, Any]:
-    """Refuse a record whose content does not belong at its path.
-
-    Every record that names a transaction must name *this* one: the epoch and
-    attempt of its folder, this target, this attempt's staging.  A record copied
-    from elsewhere (another epoch's ``decision.json``, another target's ledger)
-    would otherwise be acted on — rolled forward, or its staging deleted.
-    """
-    def bad(why: str) -> LedgerError:
-        return LedgerError(f"ledger record {where} {why}; records are never rewritten by "
-                           "airflow-tpc, so it was edited, copied from elsewhere or damaged. "
-                           "Nothing was promoted or deleted on its account: restore the "
-                           "original record (or remove the attempt's folder by hand) and retry.")
-
-    if kind == BEGIN:
-        if doc.get("epoch") != epoch or doc.get("attempt") != attempt \
-                or isinstance(doc.get("attempt"), bool):
-            raise bad(f"names epoch {doc.get('epoch')!r} attempt {doc.get('attempt')!r}, "
-                      f"but lies under epoch {epoch!r} attempt {attempt}")
-        if str(doc.get("target", "")).rstrip("/") != target.rstrip("/"):
-            raise bad(f"is for target {doc.get('target')!r}, not {target!r}")
-        if doc.get("staging_uri") != staging_uri:
-            raise bad(f"names staging {doc.get('staging_uri')!r}, but this attempt's staging "
-                      f"is {staging_uri!r} (was staging_root changed?)")
-        namespace = doc.get("namespace")
-        if not isinstance(namespace, str) or not namespace:
-            raise bad("has no namespace")
-        if not _num(doc, "started_at") or not _num(doc, "timeout_s") or doc["timeout_s"] <= 0:
-            raise bad("has no valid started_at/timeout_s")
-    elif kind == DECISION:
-        outcome = doc.get("outcome")
-        if outcome == "commit":
-            manifest = doc.get("manifest")
-            txn = manifest.get("txn") if isinstance(manifest, dict) else None
-            if not isinstance(txn, dict):
-                raise bad("is a commit decision without a manifest")
-            if txn.get("epoch") != epoch or txn.get("attempt") != attempt \
-                    or isinstance(txn.get("attempt"), bool):
-                raise bad(f"commits the manifest of epoch {txn.get('epoch')!r} attempt "
-                          f"{txn.get('attempt')!r}, but lies under epoch {epoch!r} attempt "
-                          f"{attempt}")
-            if str(txn.get("target", "")).rstrip("/") != target.rstrip("/"):
-                raise bad(f"commits a manifest of target {txn.get('target')!r}, not {target!r}")
-            if manifest.get("staging") != staging_uri:
-                raise bad(f"commits files staged at {manifest.get('staging')!r}, not at this "
-                          f"attempt's staging {staging_uri!r}")
-            if doc.get("txn_id") != manifest.get("txn_id"):
-                raise bad(f"has txn_id {doc.get('txn_id')!r} but its manifest "
-                          f"{manifest.get('txn_id')!r}")
-            if doc.get("mode", "move") not in ("move", "manifest"):
-                raise bad(f"has an unknown promotion mode {doc.get('mode')!r}")
-            if doc.get("verify", "checksum") not in ("checksum", "size"):
-                raise bad(f"has an unknown verification mode {doc.get('verify')!r}")
-        elif outcome != "abort":
-            raise bad(f"has an unknown outcome {outcome!r}")
-    elif kind == SUPERSEDED:
-        by = doc.get("by")
-        if not isinstance(by, int) or isinstance(by, bool) or by <= attempt:
-            raise bad(f"says a lower or no attempt ({by!r}) superseded attempt {attempt}")
-    return doc
+    docs: dict[str, Record] = field(default_factory=dict)
 
 
 class Ledger:
@@ -227,16 +167,19 @@ class Ledger:
         # encoder only runs without ``indent`` (pretty-printing took ~40% of a commit).
         return canonical_json(doc)
 
-    def read(self, epoch: str, attempt: int, kind: str) -> dict[str, Any] | None:
-        """The record ``kind`` of (epoch, attempt), checked against its path; None if absent."""
+    def read(self, epoch: str, attempt: int, kind: str) -> Record | None:
+        """The typed record ``kind`` of (epoch, attempt), checked against its path."""
         path = self.layout.record(epoch, attempt, kind)
         doc = self.decode(path, self.storage.read_bytes(path),
                           MAX_DECISION_BYTES if kind == DECISION else MAX_RECORD_BYTES)
         if doc is None:
             return None
-        return check_record(kind, doc, epoch=epoch, attempt=attempt, target=self.target,
+        return self._parse(epoch, attempt, kind, doc)
+
+    def _parse(self, epoch: str, attempt: int, kind: str, doc: dict[str, Any]) -> Record:
+        return parse_record(kind, doc, epoch=epoch, attempt=attempt, target=self.target,
                             staging_uri=self.storage.uri(self.layout.staging(epoch, attempt)),
-                            where=self.storage.uri(path))
+                            where=self.storage.uri(self.layout.record(epoch, attempt, kind)))
 
     def decode(self, path: str, data: bytes | None,
                limit: int = MAX_RECORD_BYTES) -> dict[str, Any] | None:
@@ -274,16 +217,15 @@ class Ledger:
                              "with different content")
 
     def create_or_get(self, epoch: str, attempt: int, kind: str,
-                      doc: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
-        """Like :meth:`create` but returns the winner's record instead of raising."""
+                      doc: dict[str, Any]) -> tuple[bool, Record]:
+        """Write a record once; returns (True, it) or (False, the record already there)."""
         path = self.layout.record(epoch, attempt, kind)
-        data = self.encode(doc)
-        if self.storage.put_if_absent(path, data):
-            return True, doc
+        if self.storage.put_if_absent(path, self.encode(doc)):
+            return True, self._parse(epoch, attempt, kind, doc)
         existing = self.read(epoch, attempt, kind)
         if existing is None:  # only if someone deletes ledger records
             raise LedgerError(f"{self.storage.uri(path)} vanished after a conflicting write")
-        return existing == doc, existing
+        return False, existing
 
     def scan(self, epoch: str | None = None) -> dict[str, dict[int, AttemptRecords]]:
         """One recursive listing: epoch -> attempt -> which records exist."""
@@ -305,8 +247,7 @@ class Ledger:
             rec.kinds.add(rel[2][: -len(".json")])
         return dict(out)
 
-    def get(self, epoch: str, attempt: int, rec: AttemptRecords,
-            kind: str) -> dict[str, Any] | None:
+    def get(self, epoch: str, attempt: int, rec: AttemptRecords, kind: str) -> Record | None:
         """Read a record known from a scan (cached on ``rec``)."""
         if kind not in rec.kinds:
             return None

@@ -204,6 +204,26 @@ class Manifest:
                     f"manifest is for {name} {mine!r} but the transaction has {theirs!r}")
 
 
+@dataclass(frozen=True)
+class ManifestSummary:
+    """What a commit decision records of its manifest: digest and totals.
+
+    Attribute names match :class:`Manifest`, so a caller that needs only these
+    (an Asset event, an XCom pointer) takes either.
+    """
+
+    txn_id: str
+    digest: str
+    total_files: int
+    total_bytes: int
+    total_rows: int | None
+
+    @classmethod
+    def of(cls, decision: Any) -> ManifestSummary:
+        t = decision.totals
+        return cls(decision.txn_id, decision.manifest_digest, t.files, t.bytes, t.rows)
+
+
 def _str(doc: dict[str, Any], key: str) -> str:
     value = doc[key]
     if not isinstance(value, str) or not value:

@@ -21,12 +21,14 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+from collections.abc import Callable
 from typing import Any
 
 from .errors import LedgerError, ManifestError, StorageError
 from .faults import crashpoint
 from .ledger import ATTEMPT_DIR_RE, MAX_RECORD_BYTES, PUBLISHED_MARKER, Layout
 from .manifest import MAX_MANIFEST_BYTES, Manifest
+from .records import CommitDecision
 from .staging import verify_against_storage
 
 _TAG_RE = re.compile(r"^a(\d{6,})-")
@@ -104,34 +106,38 @@ def _rel_to_root(layout: Layout, path: str) -> str:
     return path[len(root):] if path.startswith(root) else layout.storage.uri(path)
 
 
-def promote(layout: Layout, manifest: Manifest, mode: str, *, verify: str = "checksum",
-            staging_verified: bool = False) -> bool:
-    """Publish ``manifest``'s files as epoch ``manifest.epoch``; idempotent.
+def promote(layout: Layout, epoch: str, attempt: int, decision: CommitDecision,
+            load_manifest: Callable[[], Manifest], *, staging_verified: bool = False) -> bool:
+    """Publish the files of ``decision`` (attempt ``attempt`` of ``epoch``); idempotent.
+
+    One skeleton for every strategy: read the published state (the marker) →
+    stop if a higher attempt is published, or skip to cleanup if this decision
+    already is (judged by manifest digest) → require staging to be exactly the
+    decided manifest → switch → clean what was displaced.  The manifest is loaded
+    (``load_manifest``) only when there is something to publish.
 
     Returns False when a higher attempt is already published (nothing to do).
-    Before anything is published, staging is checked against the decided manifest
-    again (``verify`` is the decision's verification mode): between a decision and
-    its roll-forward a straggling task of the attempt may have added or rewritten
-    files, and those must never be published.  ``staging_verified``: the caller
-    did exactly that moments ago (the commit that just wrote the decision), so the
-    second listing is skipped.
+    Staging is re-verified under the decision's ``verify`` mode: between a
+    decision and its roll-forward a straggling task of the attempt may have added
+    or rewritten files, and those must never be published.  ``staging_verified``:
+    the caller did exactly that moments ago (the commit that just decided).
     """
     with layout.storage.promotion_lock(layout.root):
         try:
-            return _promote(layout, manifest, mode, verify, staging_verified)
+            return _promote(layout, epoch, attempt, decision, load_manifest, staging_verified)
         except (StorageError, ManifestError):
             # A concurrent promoter may have finished (and removed staging) under us.
-            current = read_marker(layout, manifest.epoch)
-            if current is not None and current["attempt"] >= manifest.attempt \
-                    and not layout.storage.list(layout.staging(manifest.epoch, manifest.attempt)):
-                return _is_this(current, manifest)
+            current = read_marker(layout, epoch)
+            if current is not None and current["attempt"] >= attempt \
+                    and not layout.storage.list(layout.staging(epoch, attempt)):
+                return _is_this(current, epoch, attempt, decision.manifest_digest)
             raise
 
 
-def _promote(layout: Layout, manifest: Manifest, mode: str, verify: str,
-             staging_verified: bool) -> bool:
+def _promote(layout: Layout, epoch: str, attempt: int, decision: CommitDecision,
+             load_manifest: Callable[[], Manifest], staging_verified: bool) -> bool:
     storage = layout.storage
-    epoch, attempt = manifest.epoch, manifest.attempt
+    mode = decision.mode
     staging = layout.check_staging(epoch, attempt)
     dst = layout.check_published(epoch)
     raw, version = storage.read_versioned(layout.marker(epoch))
@@ -139,13 +145,16 @@ def _promote(layout: Layout, manifest: Manifest, mode: str, verify: str,
     if current is not None and current["attempt"] > attempt:
         return False  # a later attempt of this epoch is already what readers see
     # "Already published" is decided by digest, never by attempt number alone.
-    done = current is not None and _is_this(current, manifest)
-    if not done and not staging_verified:
-        _verify_staging(layout, manifest, verify)
+    done = current is not None and _is_this(current, epoch, attempt, decision.manifest_digest)
+    manifest = None
+    if not done:
+        manifest = load_manifest()
+        if not staging_verified:
+            _verify_staging(layout, manifest, decision.verify)
 
     if storage.atomic_dir_rename and mode == "move":
         # Serialised by promotion_lock: check-then-swap cannot interleave.
-        if not done:
+        if manifest is not None:
             paths = [f"epoch={epoch}/{f.path}" for f in manifest.files]
             crashpoint("promote.before_marker")
             storage.put(storage.join(staging, PUBLISHED_MARKER),
@@ -157,19 +166,22 @@ def _promote(layout: Layout, manifest: Manifest, mode: str, verify: str,
         layout.remove_staging(epoch, attempt)
         return True
 
+    keep: set[str] = set()
     if mode == "manifest":
-        keep: set[str] = set()
-        paths = [_rel_to_root(layout, storage.join(staging, f.path)) for f in manifest.files]
+        if manifest is not None:
+            paths = [_rel_to_root(layout, storage.join(staging, f.path)) for f in manifest.files]
+    elif manifest is None:  # published already: keep exactly what the marker lists
+        prefix = f"epoch={epoch}/"
+        keep = {f["path"][len(prefix):] for f in current["files"]}  # type: ignore[index]
     else:
         keep = {tagged(f.path, attempt) for f in manifest.files}
         paths = [f"epoch={epoch}/{tagged(f.path, attempt)}" for f in manifest.files]
-        if not done:
-            sizes = {storage.join(staging, f.path): f.size for f in manifest.files}
-            pairs = [(storage.join(staging, f.path), storage.join(dst, tagged(f.path, attempt)))
-                     for f in manifest.files]
-            crashpoint("promote.before_copy")
-            storage.copy_many(pairs, sizes)  # type: ignore[call-arg]
-    if not done:
+        sizes = {storage.join(staging, f.path): f.size for f in manifest.files}
+        pairs = [(storage.join(staging, f.path), storage.join(dst, tagged(f.path, attempt)))
+                 for f in manifest.files]
+        crashpoint("promote.before_copy")
+        storage.copy_many(pairs, sizes)  # type: ignore[call-arg]
+    if manifest is not None:
         crashpoint("promote.before_marker")
         if not _swap_marker(layout, manifest, mode, paths, version):
             return False
@@ -191,25 +203,25 @@ def _swap_marker(layout: Layout, manifest: Manifest, mode: str, paths: list[str]
         raw, version = storage.read_versioned(layout.marker(manifest.epoch))
         current = _decode_marker(layout, manifest.epoch, raw)
         if current is not None and current["attempt"] >= manifest.attempt:
-            return _is_this(current, manifest)
+            return _is_this(current, manifest.epoch, manifest.attempt, manifest.digest)
     raise StorageError(f"could not update the published marker of epoch {manifest.epoch}: "
                        "it keeps changing")  # pragma: no cover
 
 
-def _is_this(current: dict[str, Any], manifest: Manifest) -> bool:
-    """Whether the marker (at or above the manifest's attempt) publishes this manifest.
+def _is_this(current: dict[str, Any], epoch: str, attempt: int, digest: str) -> bool:
+    """Whether the marker (at or above ``attempt``) publishes the manifest ``digest``.
 
     False when a higher attempt is published.  The same attempt with another digest
     means the attempt number was handed out twice (a lost ledger): refused.
     """
-    if current["attempt"] != manifest.attempt:
+    if current["attempt"] != attempt:
         return False
-    if current["manifest_digest"] != manifest.digest:
+    if current["manifest_digest"] != digest:
         raise LedgerError(
-            f"epoch {manifest.epoch}: readers see attempt {manifest.attempt} with manifest "
-            f"{current['manifest_digest']}, but the decision of attempt {manifest.attempt} "
-            f"commits {manifest.digest}; the attempt number was reused after the ledger was "
-            "lost or damaged. Nothing was changed; begin a new attempt of the epoch.")
+            f"epoch {epoch}: readers see attempt {attempt} with manifest "
+            f"{current['manifest_digest']}, but the decision of attempt {attempt} commits "
+            f"{digest}; the attempt number was reused after the ledger was lost or damaged. "
+            "Nothing was changed; begin a new attempt of the epoch.")
     return True
 
 

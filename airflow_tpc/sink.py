@@ -29,20 +29,24 @@ from .errors import (
     TransactionExpired,
 )
 from .faults import crashpoint
-from .ledger import (
+from .ledger import AttemptRecords, Layout, Ledger, check_attempt, check_epoch, epoch_sort_key
+from .manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, FileEntry, Manifest, ManifestSummary
+from .records import (
     ABANDONED,
     BEGIN,
+    CLOSED,
     DECISION,
+    DISPLACED_DONE_KINDS,
     PUBLISHED,
     SUPERSEDED,
-    AttemptRecords,
-    Layout,
-    Ledger,
-    check_attempt,
-    check_epoch,
-    epoch_sort_key,
+    AbortDecision,
+    Begin,
+    CommitDecision,
+    Decision,
+    Totals,
+    derive_state,
+    needs_finishing,
 )
-from .manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, FileEntry, Manifest
 from .staging import checksum_for, list_staged, on_threads, verify_against_storage
 from .storage import Storage, open_storage
 from .transaction import (
@@ -137,10 +141,10 @@ class Sink:
         """Load a transaction from its begin record."""
         check_epoch(epoch)
         attempt = check_attempt(attempt)
-        doc = self.ledger.read(epoch, attempt, BEGIN)
-        if doc is None:
+        begin = self.ledger.read(epoch, attempt, BEGIN)
+        if not isinstance(begin, Begin):
             raise InvalidState(f"{self.target}: no transaction for epoch {epoch} attempt {attempt}")
-        txn = Transaction.from_dict(doc)
+        txn = begin.transaction()
         if txn.namespace != self.namespace and not self.config.allow_foreign_namespace:
             raise NamespaceConflict(f"{txn.txn_id} belongs to namespace {txn.namespace!r}, "
                                     f"not {self.namespace!r}")
@@ -202,7 +206,7 @@ class Sink:
                                     f"not {self.namespace!r}")
         check_epoch(txn.epoch)
         begin = self.ledger.read(txn.epoch, txn.attempt, BEGIN)
-        if begin is None or Transaction.from_dict(begin) != txn:
+        if not isinstance(begin, Begin) or begin.transaction() != txn:
             raise InvalidState(f"{txn.txn_id} does not match its begin record in the ledger "
                                f"of {self.target} (stale or forged transaction)")
 
@@ -274,6 +278,15 @@ class Sink:
                                    attempt=txn.attempt, staging=txn.staging_uri)
         return manifest
 
+    def sealed(self, txn: Transaction) -> Manifest | ManifestSummary | None:
+        """What the attempt sealed: its manifest while it is staged, else what its commit
+        decision records of it (digest and totals); None if it was never pre-committed."""
+        manifest = self.read_manifest(txn)
+        if manifest is not None:
+            return manifest
+        decision = self.ledger.read(txn.epoch, txn.attempt, DECISION)
+        return ManifestSummary.of(decision) if isinstance(decision, CommitDecision) else None
+
     # ----------------------------------------------------------------- commit
     def commit(self, txn: Transaction, *, expected_digest: str | None = None,
                force: bool = False) -> CommitResult:
@@ -282,13 +295,13 @@ class Sink:
         epoch = txn.epoch
         scan = self.ledger.scan()
         attempts = scan.get(epoch, {})
-        rec = attempts.get(txn.attempt, AttemptRecords())
+        rec = attempts.setdefault(txn.attempt, AttemptRecords({BEGIN}))
         decision = self._decision(epoch, txn.attempt, rec)
-        verified = False  # True: staging was just listed against the manifest
+        manifest: Manifest | None = None  # set when this call validated staging against it
         if decision is None:
             try:
-                manifest, won_race = self._decide_commit(txn, attempts, expected_digest, force)
-                verified = True
+                manifest, decision, won_race = self._decide_commit(txn, attempts,
+                                                                   expected_digest, force)
                 outcome = "committed" if won_race else "already_committed"
             except (InvalidState, ManifestError, StorageError):
                 # A concurrent committer of this same attempt may have decided and
@@ -298,27 +311,28 @@ class Sink:
                     raise
                 log.info("%s was decided by a concurrent committer meanwhile", txn.txn_id)
             rec.kinds.add(DECISION)
-        if decision is not None:
-            if decision.get("outcome") != "commit":
+            rec.docs[DECISION] = decision  # type: ignore[assignment]
+        if manifest is None:
+            if not isinstance(decision, CommitDecision):
                 raise InvalidState(f"cannot commit {txn.txn_id}: it was "
-                                   f"{_state_of_decision(decision)} ({decision.get('reason')})")
-            manifest = Manifest.parse(decision["manifest"], where=f"decision of {txn.txn_id}")
-            if expected_digest and manifest.digest != expected_digest:
-                raise CommitConflict(f"{txn.txn_id} was committed with manifest {manifest.digest},"
-                                     f" not {expected_digest}")
+                                   f"{_state_of_decision(decision)} ({decision.reason})")
+            if expected_digest and decision.manifest_digest != expected_digest:
+                raise CommitConflict(f"{txn.txn_id} was committed with manifest "
+                                     f"{decision.manifest_digest}, not {expected_digest}")
             outcome = "already_committed"
-        winner = self._finish_epoch(epoch, attempts, known=manifest, verified=verified)
+        winner = self._finish_epoch(epoch, attempts, known=manifest)
         if winner != txn.attempt:
             outcome = "superseded"
         rolled = self._roll_forward(scan, skip={epoch})
         if outcome == "committed":
             log.info("committed %s: %d files, %d bytes", txn.txn_id, manifest.total_files,
                      manifest.total_bytes)
-        return CommitResult(txn, outcome, manifest, rolled)
+        return CommitResult(txn, outcome, manifest or ManifestSummary.of(decision), rolled)
 
     def _decide_commit(self, txn: Transaction, attempts: dict[int, AttemptRecords],
-                       expected_digest: str | None, force: bool) -> tuple[Manifest, bool]:
-        """Validate and write the decision; True if this call made it."""
+                       expected_digest: str | None, force: bool
+                       ) -> tuple[Manifest, CommitDecision, bool]:
+        """Validate staging and write the decision; True if this call made it."""
         self._fence(txn, attempts, "commit")
         if txn.expired():
             if not force:
@@ -340,110 +354,149 @@ class Sink:
                                 "changed after pre-commit")
         verify_against_storage(self.storage, self.layout.check_staging(txn.epoch, txn.attempt),
                                manifest, self.config.verify)
-        doc = {"outcome": "commit", "txn_id": txn.txn_id, "decided_at": time.time(),
-               "mode": self.config.promotion, "verify": self.config.verify,
-               "forced": bool(force and txn.expired()), "manifest": manifest.to_dict()}
+        decision = CommitDecision.for_manifest(
+            manifest, decided_at=time.time(), mode=self.config.promotion,
+            verify=self.config.verify, forced=bool(force and txn.expired()))
         crashpoint("commit.before_decision")
-        created, winner = self.ledger.create_or_get(txn.epoch, txn.attempt, DECISION, doc)
-        if not created:
-            same = winner.get("outcome") == "commit" and \
-                winner.get("manifest", {}).get("digest") == manifest.digest
-            if not same:
-                raise CommitConflict(f"{txn.txn_id} was decided concurrently by another "
-                                     f"committer: {_state_of_decision(winner)}")
+        created, winner = self.ledger.create_or_get(txn.epoch, txn.attempt, DECISION,
+                                                    decision.to_doc(manifest))
+        if not isinstance(winner, CommitDecision) or winner.manifest_digest != manifest.digest:
+            raise CommitConflict(f"{txn.txn_id} was decided concurrently by another "
+                                 f"committer: {_state_of_decision(winner)}")  # type: ignore[arg-type]
         crashpoint("commit.after_decision")
-        return manifest, created
+        return manifest, winner, created
 
-    def _winner(self, epoch: str, attempts: dict[int, AttemptRecords]) -> tuple[int, dict] | None:
+    def _winner(self, epoch: str, attempts: dict[int, AttemptRecords]
+                ) -> tuple[int, CommitDecision] | None:
         """The highest attempt of the epoch decided as commit (and not abandoned)."""
         for attempt in sorted(attempts, reverse=True):
             rec = attempts[attempt]
             if ABANDONED in rec.kinds:
                 continue
             decision = self._decision(epoch, attempt, rec)
-            if decision is not None and decision.get("outcome") == "commit":
+            if isinstance(decision, CommitDecision):
                 return attempt, decision
         return None
 
-    def _decision(self, epoch: str, attempt: int, rec: AttemptRecords) -> dict[str, Any] | None:
+    def _decision(self, epoch: str, attempt: int, rec: AttemptRecords) -> Decision | None:
         """The attempt's decision, checked against its path and its begin record.
 
         The ledger checks epoch, attempt, target and staging; the namespace a commit
-        decision's manifest names must also be the one its transaction began with.
+        decision names must also be the one its transaction began with.
         """
         decision = self.ledger.get(epoch, attempt, rec, DECISION)
-        if decision is None or decision.get("outcome") != "commit":
-            return decision
+        if not isinstance(decision, CommitDecision):
+            return decision  # type: ignore[return-value]
         begin = self.ledger.get(epoch, attempt, rec, BEGIN)
-        named = decision["manifest"]["txn"].get("namespace")
-        if begin is not None and named != begin["namespace"]:
+        if isinstance(begin, Begin) and decision.namespace != begin.namespace:
             raise LedgerError(
                 f"ledger record {self.storage.uri(self.layout.record(epoch, attempt, DECISION))}"
-                f" commits a manifest of namespace {named!r}, but attempt {attempt} of epoch "
-                f"{epoch} began in namespace {begin['namespace']!r}; it was copied from "
+                f" commits a manifest of namespace {decision.namespace!r}, but attempt {attempt} "
+                f"of epoch {epoch} began in namespace {begin.namespace!r}; it was copied from "
                 "elsewhere or edited. Nothing was promoted or deleted on its account.")
         return decision
 
+    def _decided_manifest(self, epoch: str, attempt: int, decision: CommitDecision) -> Manifest:
+        """The manifest a commit decision names: embedded (version 1 records) or the one
+        sealed in staging, which must have exactly the decided digest."""
+        where = f"decision of {self.namespace}/{epoch}/{attempt}"
+        staging_uri = self.storage.uri(self.layout.staging(epoch, attempt))
+        if decision.embedded is not None:
+            manifest = Manifest.parse(decision.embedded, where=where)
+        else:
+            staging = self.layout.check_staging(epoch, attempt)
+            raw = self.storage.read_bytes(self.storage.join(staging, MANIFEST_NAME))
+            if raw is None:
+                raise ManifestError(
+                    f"cannot promote epoch {epoch} attempt {attempt}: its sealed manifest "
+                    f"{staging_uri}/{MANIFEST_NAME} is gone although the commit was decided "
+                    f"(digest {decision.manifest_digest}); staging was changed outside "
+                    "airflow-tpc. Restore it and run recover again.")
+            manifest = Manifest.parse(raw, where=f"sealed manifest of {epoch}/{attempt}")
+        if manifest.digest != decision.manifest_digest:
+            raise ManifestError(
+                f"cannot promote epoch {epoch} attempt {attempt}: its sealed manifest has digest "
+                f"{manifest.digest}, but the decision commits {decision.manifest_digest}; it "
+                "changed after the commit was decided. Nothing was published or deleted.")
+        manifest.check_transaction(namespace=decision.namespace, target=self.target,
+                                   epoch=epoch, attempt=attempt, staging=staging_uri)
+        return manifest
+
     def _finish_epoch(self, epoch: str, attempts: dict[int, AttemptRecords],
-                      known: Manifest | None = None, verified: bool = False,
-                      rescan: bool = True) -> int | None:
+                      known: Manifest | None = None, rescan: bool = True) -> int | None:
         """Roll the epoch forward to its winning commit and clean what it displaced.
 
-        ``known``: a manifest this call already parsed from (or wrote into) a decision;
-        reused when it is the winner's, as parsing 100k entries twice costs seconds.
-        ``verified``: ``known``'s staging was just listed against it (see promote).
+        ``known``: the manifest this call validated staging against and decided
+        moments ago; reused (no second parse, no second listing) when it is the
+        winner's.  Attempts whose records say they are finished are not read.
         """
         won = self._winner(epoch, attempts)
         if won is None:
+            self._close_aborted(epoch, attempts)
             return None
         attempt, decision = won
         rec = attempts[attempt]
         if PUBLISHED not in rec.kinds:
-            raw = decision.get("manifest")
-            reuse = known is not None and known.attempt == attempt and isinstance(raw, dict) \
-                and raw.get("digest") == known.digest
-            if reuse:
-                manifest = known
-            else:
-                manifest = Manifest.parse(raw, where=f"decision of {epoch}/{attempt}")
-            if not _promote.promote(self.layout, manifest, decision.get("mode", "move"),
-                                    verify=decision.get("verify", "checksum"),
-                                    staging_verified=reuse and verified):
+            fresh = known is not None and known.attempt == attempt \
+                and known.digest == decision.manifest_digest
+
+            def load() -> Manifest:
+                return known if fresh else self._decided_manifest(  # type: ignore[return-value]
+                    epoch, attempt, decision)
+
+            if not _promote.promote(self.layout, epoch, attempt, decision, load,
+                                    staging_verified=fresh):
                 # A higher attempt is already what readers see: it began and committed
                 # after ``attempts`` was listed (a commit overtaken after its decision).
                 # Judge again from a fresh listing; never mark this one published.
-                fresh = self.ledger.scan(epoch).get(epoch, {})
-                if not rescan or max(fresh, default=attempt) <= attempt:
+                again = self.ledger.scan(epoch).get(epoch, {})
+                if not rescan or max(again, default=attempt) <= attempt:
                     raise LedgerError(
                         f"epoch {epoch}: the published marker names a higher attempt than "
                         f"{attempt}, but the ledger holds no higher commit (the ledger was "
                         "lost or damaged). Nothing was changed: readers keep the published "
                         "attempt; restore the ledger, or commit a new attempt of the epoch.")
                 attempts.clear()
-                attempts.update(fresh)
+                attempts.update(again)
                 return self._finish_epoch(epoch, attempts, rescan=False)
             crashpoint("commit.before_published")
-            # A fact, not a decision: a concurrent promoter's identical record is fine.
+            # A fact, not a decision: a concurrent promoter's record is just as good.
             self.ledger.create_or_get(epoch, attempt, PUBLISHED, {"published_at": time.time()})
             rec.kinds.add(PUBLISHED)
         for other, orec in attempts.items():
-            if other >= attempt:
+            if other >= attempt or orec.kinds & DISPLACED_DONE_KINDS:
                 continue
-            odecision = self.ledger.get(epoch, other, orec, DECISION)
+            odecision = self._decision(epoch, other, orec)
             if odecision is None:
                 self._abort(epoch, other, f"superseded by committed attempt {attempt}",
                             best_effort=True)
-            elif odecision.get("outcome") != "commit":
+            elif isinstance(odecision, AbortDecision):
                 # Aborted earlier, perhaps by a try that died before removing staging.
-                self._clean_staging(epoch, other)
-            elif odecision.get("outcome") == "commit" and SUPERSEDED not in orec.kinds \
-                    and self._clean_staging(epoch, other):
+                if self._clean_staging(epoch, other):
+                    self._close(epoch, other, orec)
+            elif self._clean_staging(epoch, other):
                 # A lower commit: its published files went with the swap/cleanup above;
                 # its staging (kept by "manifest" mode or never promoted) went just now,
                 # and only then is it marked superseded (a failed cleanup is retried).
                 self.ledger.create_or_get(epoch, other, SUPERSEDED, {"by": attempt})
                 orec.kinds.add(SUPERSEDED)
         return attempt
+
+    def _close(self, epoch: str, attempt: int, rec: AttemptRecords | None = None) -> None:
+        """Record that an aborted attempt is finished (its staging is gone), so later
+        commits skip it without reading its decision."""
+        self.ledger.create_or_get(epoch, attempt, CLOSED, {"closed_at": time.time()})
+        if rec is not None:
+            rec.kinds.add(CLOSED)
+
+    def _close_aborted(self, epoch: str, attempts: dict[int, AttemptRecords]) -> None:
+        """An epoch with no commit: finish (close) its aborted attempts.  Targets written
+        before ``closed.json`` existed are brought up to date here, once."""
+        for attempt, rec in attempts.items():
+            if needs_finishing(rec.kinds) \
+                    and isinstance(self._decision(epoch, attempt, rec), AbortDecision) \
+                    and self._clean_staging(epoch, attempt):
+                self._close(epoch, attempt, rec)
 
     def _clean_staging(self, epoch: str, attempt: int) -> bool:
         """Remove a displaced attempt's staging; a failure is logged, not raised.
@@ -463,16 +516,20 @@ class Sink:
             return False
 
     def _roll_forward(self, scan: dict[str, dict[int, AttemptRecords]],
-                      skip: set[str] = frozenset()) -> list[tuple[str, int]]:  # type: ignore[assignment]
-        """Finish every epoch with a decided-but-unpublished commit (lost notifications)."""
+                      skip: set[str] = frozenset()  # type: ignore[assignment]
+                      ) -> list[tuple[str, int]]:
+        """Finish every epoch with a decided-but-unfinished attempt (lost notifications).
+
+        Which epochs need it is judged from the listing alone (:func:`needs_finishing`),
+        so finished history costs no reads.
+        """
         done = []
         for epoch in sorted(scan, key=epoch_sort_key):
             if epoch in skip:
                 continue
             attempts = scan[epoch]
-            pending = [a for a, r in attempts.items()
-                       if DECISION in r.kinds and PUBLISHED not in r.kinds
-                       and ABANDONED not in r.kinds and SUPERSEDED not in r.kinds]
+            pending = {a for a, r in attempts.items()
+                       if needs_finishing(r.kinds) and PUBLISHED not in r.kinds}
             if not pending:
                 continue
             won = self._finish_epoch(epoch, attempts)
@@ -497,12 +554,11 @@ class Sink:
         Throwing away a complete pre-committed attempt is never quiet: a WARNING
         names what is discarded (see :meth:`_discarded`).
         """
-        doc = {"outcome": "abort", "reason": reason, "expired": expired,
-               "decided_at": time.time()}
+        doc = AbortDecision(reason, expired, time.time()).to_doc()
         crashpoint("abort.before_decision")
         sealed = self._discarded(epoch, attempt)
         created, winner = self.ledger.create_or_get(epoch, attempt, DECISION, doc)
-        if not created and winner.get("outcome") == "commit":
+        if isinstance(winner, CommitDecision):
             raise InvalidState(f"cannot abort {self.namespace}/{epoch}/{attempt}: it is "
                                "COMMITTED (use a new run of the epoch to replace its output)")
         if created and sealed:
@@ -510,10 +566,13 @@ class Sink:
                         "published.", self.namespace, epoch, attempt, sealed, reason)
         crashpoint("abort.after_decision")
         if best_effort:
-            self._clean_staging(epoch, attempt)
+            cleaned = self._clean_staging(epoch, attempt)
         else:
             self.layout.remove_staging(epoch, attempt)
+            cleaned = True
         crashpoint("abort.after_cleanup")
+        if cleaned:
+            self._close(epoch, attempt)
         if created:
             log.info("aborted %s/%s/%d: %s", self.namespace, epoch, attempt, reason)
 
@@ -578,9 +637,9 @@ class Sink:
                 if won is not None and attempt < won:
                     continue  # handled by _finish_epoch
                 crashpoint("recover.before_abort")
-                begin = self.ledger.get(epoch, attempt, rec, BEGIN) or {}
-                started = float(begin.get("started_at", now))
-                timeout = float(begin.get("timeout_s", self.config.timeout_s))
+                begin = self.ledger.get(epoch, attempt, rec, BEGIN)
+                started = begin.started_at if isinstance(begin, Begin) else now
+                timeout = begin.timeout_s if isinstance(begin, Begin) else self.config.timeout_s
                 if attempt < top:
                     self._abort(epoch, attempt, f"superseded by attempt {top}")
                     report.aborted.append((epoch, attempt, "superseded"))
@@ -612,9 +671,7 @@ class Sink:
 
     def _finish_epoch_recording(self, epoch: str, attempts: dict[int, AttemptRecords],
                                 report: RecoveryReport) -> int | None:
-        pending = {a for a, r in attempts.items()
-                   if DECISION in r.kinds and PUBLISHED not in r.kinds
-                   and ABANDONED not in r.kinds and SUPERSEDED not in r.kinds}
+        pending = {a for a, r in attempts.items() if needs_finishing(r.kinds)}
         won = self._finish_epoch(epoch, attempts)
         if won is not None and won in pending:
             report.rolled_forward.append((epoch, won))
@@ -625,9 +682,9 @@ class Sink:
         won = self._winner(epoch, attempts)
         attempt = won[0] if won else -1
         begin = self.ledger.get(epoch, attempt, attempts[attempt], BEGIN) if won else None
-        age = now - float((begin or {}).get("started_at", now))
-        timeout = float((begin or {}).get("timeout_s", self.config.timeout_s))
-        if ignore and won and age > timeout:
+        started = begin.started_at if isinstance(begin, Begin) else now
+        timeout = begin.timeout_s if isinstance(begin, Begin) else self.config.timeout_s
+        if ignore and won and now - started > timeout:
             log.error("GIVING UP the commit of %s/%s/%d after its %.0f s timeout "
                       "(ignore_failures_after_timeout=True): POSSIBLE DATA LOSS — its output "
                       "is not published. Last error: %s", self.namespace, epoch, attempt,
@@ -658,19 +715,22 @@ class Sink:
                 if rec is None or DECISION not in rec.kinds:
                     continue  # unknown (begin in flight) or still open: not ours to remove
                 try:
-                    decision = self._decision(epoch, attempt, rec) or {}
+                    decision = self._decision(epoch, attempt, rec)
                 except LedgerError as exc:
                     log.error("staging of %s/%s/%d kept: %s", self.namespace, epoch, attempt,
                               exc)
                     break
-                keep = decision.get("outcome") == "commit" and decision.get("mode") == "manifest" \
-                    and SUPERSEDED not in rec.kinds and ABANDONED not in rec.kinds
-                if decision.get("outcome") == "commit" and PUBLISHED not in rec.kinds \
-                        and SUPERSEDED not in rec.kinds:
-                    keep = True  # still to be promoted
+                keep = False
+                if isinstance(decision, CommitDecision):
+                    # the live output of "manifest" mode, or a commit still to be promoted
+                    keep = (decision.mode == "manifest"
+                            and not rec.kinds & {SUPERSEDED, ABANDONED}) \
+                        or not rec.kinds & {PUBLISHED, SUPERSEDED}
                 if not keep:
                     self.layout.remove_staging(epoch, attempt)
                     cleaned.append((epoch, attempt))
+                    if isinstance(decision, AbortDecision):
+                        self._close(epoch, attempt, rec)
         return cleaned
 
     def gc(self) -> list[tuple[str, int]]:
@@ -692,38 +752,39 @@ class Sink:
         return out
 
     def _info(self, epoch: str, attempt: int, rec: AttemptRecords,
-              won: tuple[int, dict] | None, now: float) -> TxnInfo:
-        begin = self.ledger.get(epoch, attempt, rec, BEGIN) or {}
-        decision = self.ledger.get(epoch, attempt, rec, DECISION)
+              won: tuple[int, CommitDecision] | None, now: float) -> TxnInfo:
+        begin = self.ledger.get(epoch, attempt, rec, BEGIN)
+        decision = self._decision(epoch, attempt, rec)
         staging = self.layout.staging(epoch, attempt)
         staged = self.storage.list(staging)
-        manifest_doc = None
-        if decision is not None and decision.get("outcome") == "commit":
-            state = TxnState.COMMITTED
-            manifest_doc = decision.get("manifest")
-        elif decision is not None:
-            state = TxnState.EXPIRED if decision.get("expired") else TxnState.ABORTED
-        else:
+        raw = None
+        if decision is None:
             raw = self.storage.read_bytes(self.storage.join(staging, MANIFEST_NAME))
-            if raw is not None:
-                state = TxnState.PRECOMMITTED
-                try:
-                    manifest_doc = Manifest.parse(raw).to_dict()
-                except ManifestError:
-                    manifest_doc = None
-            else:
-                state = TxnState.OPEN
-        totals = (manifest_doc or {}).get("totals", {})
-        started = begin.get("started_at")
+        state = derive_state(rec.kinds, decision, sealed=raw is not None)
+        totals: Totals | None = None
+        if isinstance(decision, CommitDecision):
+            totals = decision.totals
+        elif raw is not None:
+            try:
+                m = Manifest.parse(raw)
+                totals = Totals(m.total_files, m.total_bytes, m.total_rows)
+            except ManifestError:
+                totals = None
+        started = begin.started_at if isinstance(begin, Begin) else None
+        abort = decision if isinstance(decision, AbortDecision) else None
         return TxnInfo(
             epoch=epoch, attempt=attempt, txn_id=f"{self.namespace}/{epoch}/{attempt}",
             state=state, published=PUBLISHED in rec.kinds,
-            superseded=state is TxnState.COMMITTED and won is not None and won[0] != attempt,
-            files=totals.get("files"), bytes=totals.get("bytes"), rows=totals.get("rows"),
-            started_at=started, age_s=(now - started) if started else None,
-            decided_at=(decision or {}).get("decided_at"), reason=(decision or {}).get("reason"),
+            superseded=state is TxnState.COMMITTED and (
+                SUPERSEDED in rec.kinds or (won is not None and won[0] > attempt)),
+            files=totals.files if totals else None, bytes=totals.bytes if totals else None,
+            rows=totals.rows if totals else None,
+            started_at=started, age_s=(now - started) if started is not None else None,
+            decided_at=decision.decided_at if decision is not None else None,
+            reason=abort.reason if abort else None,
             staging_uri=self.storage.uri(staging), staging_files=len(staged),
-            staging_bytes=sum(o.size for o in staged), owner=begin.get("owner"))
+            staging_bytes=sum(o.size for o in staged),
+            owner=begin.owner if isinstance(begin, Begin) else None)
 
     def committed_files(self, epochs: Any = None) -> dict[str, list[str]]:
         """Read-committed view: epoch -> URIs of the files of its published attempt."""
@@ -755,7 +816,5 @@ def _is_utf8(text: str) -> bool:
     return True
 
 
-def _state_of_decision(decision: dict[str, Any]) -> str:
-    if decision.get("outcome") == "commit":
-        return "COMMITTED"
-    return "EXPIRED" if decision.get("expired") else "ABORTED"
+def _state_of_decision(decision: Decision) -> str:
+    return str(derive_state({DECISION}, decision, sealed=True))

@@ -14,13 +14,16 @@ DEFAULT_TIMEOUT_S = 7 * 24 * 3600.0
 
 
 class TxnState(str, enum.Enum):
-    """A transaction's state, derived from which ledger records exist."""
+    """A transaction's state (derived in one place: :func:`airflow_tpc.records.derive_state`)."""
 
     OPEN = "OPEN"
     PRECOMMITTED = "PRECOMMITTED"
     COMMITTED = "COMMITTED"
     ABORTED = "ABORTED"
     EXPIRED = "EXPIRED"
+    #: A commit decision that roll-forward gave up after its timeout
+    #: (``ignore_failures_after_timeout``): decided, never published.
+    ABANDONED = "ABANDONED"
 
     def __str__(self) -> str:
         return self.value

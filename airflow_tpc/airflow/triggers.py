@@ -18,17 +18,8 @@ from airflow_tpc.airflow.hooks import TpcHook
 
 
 def sealed_manifest(sink: Any, txn: Any) -> Any:
-    """The attempt's manifest: from staging while pre-committed, from the decision after."""
-    from airflow_tpc import Manifest
-    from airflow_tpc.ledger import DECISION
-
-    manifest = sink.read_manifest(txn)
-    if manifest is not None:
-        return manifest
-    decision = sink.ledger.read(txn.epoch, txn.attempt, DECISION) or {}
-    if decision.get("outcome") == "commit" and decision.get("manifest"):
-        return Manifest.parse(decision["manifest"], where=f"decision of {txn.txn_id}")
-    return None
+    """The attempt's manifest while staged; after the commit, its digest and totals."""
+    return sink.sealed(txn)
 
 
 def check_precommit(hook: TpcHook, txn_doc: dict[str, Any]) -> tuple[str, str]:

@@ -67,7 +67,7 @@ def test_decision_copied_from_another_epoch_is_refused_everywhere(store, capsys)
         sink.recover(abort_undecided=True)
     assert "lies under epoch '2'" in str(info.value)
     assert full_tree(sink) == before  # epoch 2's pre-committed staging is still there
-    with pytest.raises(LedgerError, match="commits the manifest of epoch '1'"):
+    with pytest.raises(LedgerError, match="epoch '1' attempt 1, but lies under epoch '2'"):
         _sink(store).commit(pending)
     assert full_tree(sink) == before
     assert cli(["recover", sink.target, *_endpoint(store)]) == 2

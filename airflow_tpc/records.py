@@ -1,0 +1,258 @@
+"""Typed ledger records, parsed and checked once, and the one state derivation.
+
+Every record of ``_tpc/ledger/epoch=E/attempt=A/`` becomes one of the types
+below through :func:`parse_record`, which also checks that it belongs where it
+lies (its epoch, attempt, target, staging — a ``decision.json`` copied from
+another epoch is refused with :class:`LedgerError`, never acted upon).  Readers
+ignore fields they do not know (forward compatibility); docs/PROTOCOL.md §3 has
+the field tables.  :func:`derive_state` is the only place a transaction's state
+is computed from its records.
+
+Decision records come in two versions, both read:
+
+- version 1 (airflow-tpc 0.1) embeds the whole manifest (~200 bytes a file);
+- version 2 names the sealed manifest by digest and carries its totals, so the
+  commit point stays a few hundred bytes whatever the file count.  The manifest
+  itself stays sealed in staging until promotion, and its file list outlives
+  staging in the published marker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import LedgerError
+from .manifest import Manifest
+from .transaction import PROMOTION_MODES, Transaction, TxnState
+
+BEGIN, DECISION, PUBLISHED, ABANDONED, SUPERSEDED, CLOSED = (
+    "begin", "decision", "published", "abandoned", "superseded", "closed")
+#: Records after which an attempt needs nothing more: roll-forward skips it
+#: without reading its decision (``closed``: an abort whose staging is gone).
+FINISHED_KINDS = frozenset({PUBLISHED, SUPERSEDED, ABANDONED, CLOSED})
+#: Records after which a *displaced* attempt needs nothing more.  Not ``published``:
+#: a published attempt that a higher commit displaced still has its staging (the
+#: live data of "manifest" mode) to remove and ``superseded.json`` to get.
+DISPLACED_DONE_KINDS = frozenset({SUPERSEDED, ABANDONED, CLOSED})
+DECISION_FORMAT = "airflow-tpc-decision"
+DECISION_VERSION = 2
+
+
+@dataclass(frozen=True)
+class Totals:
+    files: int
+    bytes: int
+    rows: int | None
+
+
+@dataclass(frozen=True)
+class Begin:
+    """``begin.json``: the attempt exists; its number fences every lower one."""
+
+    namespace: str
+    target: str
+    epoch: str
+    attempt: int
+    staging_uri: str
+    started_at: float
+    timeout_s: float
+    owner: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def transaction(self) -> Transaction:
+        return Transaction(self.namespace, self.target, self.epoch, self.attempt,
+                           self.staging_uri, self.started_at, self.timeout_s)
+
+
+@dataclass(frozen=True)
+class CommitDecision:
+    """``decision.json`` with outcome commit: THE commit point."""
+
+    namespace: str
+    txn_id: str
+    decided_at: float
+    mode: str
+    verify: str
+    forced: bool
+    manifest_digest: str
+    totals: Totals
+    #: Version 1 records only: the whole manifest document.
+    embedded: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+
+    outcome = "commit"
+
+    @classmethod
+    def for_manifest(cls, manifest: Manifest, *, decided_at: float, mode: str, verify: str,
+                     forced: bool) -> CommitDecision:
+        return cls(manifest.namespace, manifest.txn_id, decided_at, mode, verify, forced,
+                   manifest.digest, Totals(manifest.total_files, manifest.total_bytes,
+                                           manifest.total_rows))
+
+    def to_doc(self, manifest: Manifest) -> dict[str, Any]:
+        """The version 2 record: O(1) in the file count."""
+        return {"format": DECISION_FORMAT, "version": DECISION_VERSION, "outcome": "commit",
+                "txn": {"namespace": manifest.namespace, "target": manifest.target,
+                        "epoch": manifest.epoch, "attempt": manifest.attempt},
+                "txn_id": self.txn_id, "staging": manifest.staging,
+                "decided_at": self.decided_at, "mode": self.mode, "verify": self.verify,
+                "forced": self.forced, "manifest_digest": self.manifest_digest,
+                "totals": {"files": self.totals.files, "bytes": self.totals.bytes,
+                           "rows": self.totals.rows}}
+
+
+@dataclass(frozen=True)
+class AbortDecision:
+    """``decision.json`` with outcome abort (``expired``: by the transaction timeout)."""
+
+    reason: str
+    expired: bool
+    decided_at: float
+
+    outcome = "abort"
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"outcome": "abort", "reason": self.reason, "expired": self.expired,
+                "decided_at": self.decided_at}
+
+
+Decision = CommitDecision | AbortDecision
+
+
+@dataclass(frozen=True)
+class Fact:
+    """``published``, ``superseded``, ``abandoned`` or ``closed``: a step that happened."""
+
+    kind: str
+    doc: dict[str, Any] = field(compare=False)
+
+    @property
+    def by(self) -> int | None:
+        return self.doc.get("by")
+
+
+Record = Begin | CommitDecision | AbortDecision | Fact
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def parse_record(kind: str, doc: dict[str, Any], *, epoch: str, attempt: int, target: str,
+                 staging_uri: str, where: str) -> Record:
+    """The typed record of ``doc`` found at (epoch, attempt, kind), or LedgerError.
+
+    Every record that names a transaction must name *this* one: the epoch and
+    attempt of its folder, this target, this attempt's staging.
+    """
+    def bad(why: str) -> LedgerError:
+        return LedgerError(f"ledger record {where} {why}; records are never rewritten by "
+                           "airflow-tpc, so it was edited, copied from elsewhere or damaged. "
+                           "Nothing was promoted or deleted on its account: restore the "
+                           "original record (or remove the attempt's folder by hand) and retry.")
+
+    def same_txn(txn: Any, what: str) -> None:
+        if not isinstance(txn, dict):
+            raise bad(f"has no transaction ({what})")
+        if txn.get("epoch") != epoch or txn.get("attempt") != attempt \
+                or not _int(txn.get("attempt")):
+            raise bad(f"{what} epoch {txn.get('epoch')!r} attempt {txn.get('attempt')!r}, "
+                      f"but lies under epoch {epoch!r} attempt {attempt}")
+        if str(txn.get("target", "")).rstrip("/") != target.rstrip("/"):
+            raise bad(f"is for target {txn.get('target')!r}, not {target!r}")
+        if not isinstance(txn.get("namespace"), str) or not txn["namespace"]:
+            raise bad("has no namespace")
+
+    if kind == BEGIN:
+        same_txn(doc, "names")
+        if doc.get("staging_uri") != staging_uri:
+            raise bad(f"names staging {doc.get('staging_uri')!r}, but this attempt's staging "
+                      f"is {staging_uri!r} (was staging_root changed?)")
+        if not _number(doc.get("started_at")) or not _number(doc.get("timeout_s")) \
+                or doc["timeout_s"] <= 0:
+            raise bad("has no valid started_at/timeout_s")
+        owner = doc.get("owner")
+        return Begin(doc["namespace"], doc["target"], epoch, attempt, staging_uri,
+                     float(doc["started_at"]), float(doc["timeout_s"]),
+                     owner if isinstance(owner, dict) else {})
+    if kind == DECISION:
+        outcome = doc.get("outcome")
+        if outcome == "abort":
+            return AbortDecision(str(doc.get("reason", "")), doc.get("expired") is True,
+                                 float(doc["decided_at"]) if _number(doc.get("decided_at"))
+                                 else 0.0)
+        if outcome != "commit":
+            raise bad(f"has an unknown outcome {outcome!r}")
+        return _commit_decision(doc, bad, same_txn, staging_uri, f"/{epoch}/{attempt}")
+    if kind in (PUBLISHED, SUPERSEDED, ABANDONED, CLOSED):
+        if kind == SUPERSEDED and (not _int(doc.get("by")) or doc["by"] <= attempt):
+            raise bad(f"says a lower or no attempt ({doc.get('by')!r}) superseded attempt "
+                      f"{attempt}")
+        return Fact(kind, doc)
+    raise bad(f"is of an unknown kind {kind!r}")
+
+
+def _commit_decision(doc: dict[str, Any], bad: Any, same_txn: Any, staging_uri: str,
+                     expected_id: str) -> CommitDecision:
+    version = doc.get("version", 1)
+    if version == 1:  # airflow-tpc 0.1: the manifest is embedded
+        body = doc.get("manifest")
+        if not isinstance(body, dict):
+            raise bad("is a commit decision without a manifest")
+        same_txn(body.get("txn"), "commits the manifest of")
+        staged_at, txn_id, digest = body.get("staging"), body.get("txn_id"), body.get("digest")
+        totals = body.get("totals")
+        namespace = body["txn"]["namespace"]
+        embedded: dict[str, Any] | None = body
+    elif version == DECISION_VERSION and doc.get("format") == DECISION_FORMAT:
+        same_txn(doc.get("txn"), "commits")
+        staged_at, txn_id, digest = doc.get("staging"), doc.get("txn_id"), \
+            doc.get("manifest_digest")
+        totals = doc.get("totals")
+        namespace = doc["txn"]["namespace"]
+        embedded = None
+    else:
+        raise bad(f"has an unknown format/version {doc.get('format')!r}/{version!r}")
+    if staged_at != staging_uri:
+        raise bad(f"commits files staged at {staged_at!r}, not at this attempt's staging "
+                  f"{staging_uri!r}")
+    if txn_id != f"{namespace}{expected_id}" or doc.get("txn_id") != txn_id:
+        raise bad(f"has txn_id {doc.get('txn_id')!r} (manifest: {txn_id!r}), not "
+                  f"{namespace + expected_id!r}")
+    if not isinstance(digest, str) or not digest.startswith("sha256:"):
+        raise bad(f"names no manifest digest ({digest!r})")
+    if not isinstance(totals, dict) or not _int(totals.get("files")) \
+            or not _int(totals.get("bytes")) \
+            or not (totals.get("rows") is None or _int(totals.get("rows"))):
+        raise bad("has no valid totals")
+    mode, verify = doc.get("mode", "move"), doc.get("verify", "checksum")
+    if mode not in PROMOTION_MODES:
+        raise bad(f"has an unknown promotion mode {mode!r}")
+    if verify not in ("checksum", "size"):
+        raise bad(f"has an unknown verification mode {verify!r}")
+    return CommitDecision(namespace, txn_id, float(doc["decided_at"])
+                          if _number(doc.get("decided_at")) else 0.0, mode, verify,
+                          doc.get("forced") is True, digest,
+                          Totals(totals["files"], totals["bytes"], totals.get("rows")), embedded)
+
+
+def needs_finishing(kinds: set[str]) -> bool:
+    """Whether roll-forward must look at an attempt: decided, and no record says it is done.
+
+    Judged from a listing alone (no read), so a commit's "finish every pending
+    epoch" costs nothing for epochs whose attempts are all finished.
+    """
+    return DECISION in kinds and not kinds & FINISHED_KINDS
+
+
+def derive_state(kinds: set[str], decision: Decision | None, sealed: bool) -> TxnState:
+    """THE state of one attempt, from which records exist, its decision, and whether
+    its staging holds a manifest.  No other code computes a state."""
+    if isinstance(decision, CommitDecision):
+        return TxnState.ABANDONED if ABANDONED in kinds else TxnState.COMMITTED
+    if isinstance(decision, AbortDecision):
+        return TxnState.EXPIRED if decision.expired else TxnState.ABORTED
+    return TxnState.PRECOMMITTED if sealed else TxnState.OPEN
