@@ -26,6 +26,7 @@ from airflow_tpc import (
     TpcError,
 )
 from airflow_tpc.faults import InjectedCrash, armed
+from airflow_tpc.records import CommitDecision
 
 from .helpers import assert_invariant, committed_contents, write_staged
 
@@ -53,7 +54,7 @@ class EpochMachine(RuleBasedStateMachine):
 
     def _decided_now(self, txn):
         rec = self.sink.ledger.read(txn.epoch, txn.attempt, "decision")
-        return rec is not None and rec.get("outcome") == "commit"
+        return isinstance(rec, CommitDecision)
 
     @rule(epoch=st.sampled_from(EPOCHS))
     def begin(self, epoch):
