@@ -9,14 +9,16 @@ records, each written at most once with put-if-absent::
     <target>/_tpc/ledger/epoch=<E>/attempt=<NNNNNN>/published.json   promotion finished
     <target>/_tpc/ledger/epoch=<E>/attempt=<NNNNNN>/superseded.json  a higher commit won
     <target>/_tpc/ledger/epoch=<E>/attempt=<NNNNNN>/abandoned.json   roll-forward given up
+    <target>/_tpc/ledger/epoch=<E>/attempt=<NNNNNN>/closed.json      an abort carried out
     <target>/_tpc/staging/epoch=<E>/attempt=<NNNNNN>/...             the attempt's files
     <target>/epoch=<E>/_tpc_published.json                           what readers read
 
 Which records exist is enough to know most of a transaction's state, so one
 recursive listing of the ledger answers "what is unfinished" without reading
-every record.  A record that is read is *checked against the path it was found
-at* (:func:`check_record`): a ``decision.json`` copied from another epoch, attempt
-or target is refused with :class:`LedgerError`, never acted upon.
+every record.  A record that is read becomes a typed record checked against the
+path it was found at (:func:`airflow_tpc.records.parse_record`): a
+``decision.json`` copied from another epoch, attempt or target is refused with
+:class:`LedgerError`, never acted upon.
 """
 
 from __future__ import annotations
