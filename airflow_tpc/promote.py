@@ -177,10 +177,15 @@ def _promote(layout: Layout, epoch: str, attempt: int, decision: CommitDecision,
         keep = {tagged(f.path, attempt) for f in manifest.files}
         paths = [f"epoch={epoch}/{tagged(f.path, attempt)}" for f in manifest.files]
         sizes = {storage.join(staging, f.path): f.size for f in manifest.files}
+        # What the copies must reproduce: the verified ETag of a single-part object (its
+        # MD5; a copy of a multipart upload gets a new ETag, so those are not checked).
+        etags = {storage.join(staging, f.path): f.checksum.partition(":")[2]
+                 for f in manifest.files
+                 if f.checksum.startswith(("etag:", "md5:")) and "-" not in f.checksum}
         pairs = [(storage.join(staging, f.path), storage.join(dst, tagged(f.path, attempt)))
                  for f in manifest.files]
         crashpoint("promote.before_copy")
-        storage.copy_many(pairs, sizes)  # type: ignore[call-arg]
+        storage.copy_many(pairs, sizes, etags)  # type: ignore[call-arg]
     if manifest is not None:
         crashpoint("promote.before_marker")
         if not _swap_marker(layout, manifest, mode, paths, version):

@@ -151,6 +151,8 @@ class Storage(ABC):
         """
         raise NotImplementedError(f"{type(self).__name__} cannot rename directories")
 
-    def copy_many(self, pairs: list[tuple[str, str]]) -> None:
-        """Server-side copy of (src, dst) pairs, in parallel, with retries."""
+    def copy_many(self, pairs: list[tuple[str, str]], sizes: dict[str, int] | None = None,
+                  etags: dict[str, str] | None = None) -> None:
+        """Server-side copy of (src, dst) pairs, in parallel, with retries; a copy whose
+        source no longer has the ETag in ``etags`` is refused (StorageError)."""
         raise NotImplementedError(f"{type(self).__name__} cannot copy server-side")

@@ -346,17 +346,23 @@ class S3Storage(Storage):
                         f" ({len(errors)} objects not deleted)")
 
     # -- promotion ------------------------------------------------------------
-    def copy_many(self, pairs: list[tuple[str, str]], sizes: dict[str, int] | None = None) -> None:
+    def copy_many(self, pairs: list[tuple[str, str]], sizes: dict[str, int] | None = None,
+                  etags: dict[str, str] | None = None) -> None:
+        """``etags``: the ETag each source had when it was verified.  A single-part copy's
+        ETag is its source's, so a source rewritten between verification and copy is
+        caught by the copy's own answer (no extra request) and the copy is refused."""
         if not pairs:
             return
         sizes = sizes or {}
+        etags = etags or {}
         workers = max(1, min(self.copy_workers, len(pairs)))
         if workers == 1:
             for src, dst in pairs:
-                self._copy_one(src, dst, sizes.get(src))
+                self._copy_one(src, dst, sizes.get(src), etags.get(src))
             return
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tpc-copy") as pool:
-            futures = [pool.submit(self._copy_one, s, d, sizes.get(s)) for s, d in pairs]
+            futures = [pool.submit(self._copy_one, s, d, sizes.get(s), etags.get(s))
+                       for s, d in pairs]
             errors = []
             for fut in futures:
                 try:
@@ -367,19 +373,24 @@ class S3Storage(Storage):
                 raise StorageError(
                     f"{len(errors)} of {len(pairs)} copies failed; first: {errors[0]}")
 
-    def _copy_one(self, src: str, dst: str, size: int | None) -> None:
+    def _copy_one(self, src: str, dst: str, size: int | None,
+                  etag: str | None = None) -> None:
         sbucket, skey = self._split(src)
         dbucket, dkey = self._split(dst)
         try:
             if size is not None and size > self.multipart_threshold:
                 self._multipart_copy(sbucket, skey, dbucket, dkey, size)
-            else:
-                self.client.copy_object(
-                    Bucket=dbucket, Key=dkey, CopySource={"Bucket": sbucket, "Key": skey})
+                return
+            answer = self.client.copy_object(
+                Bucket=dbucket, Key=dkey, CopySource={"Bucket": sbucket, "Key": skey})
         except StorageError:
             raise
         except Exception as exc:  # noqa: BLE001
             raise self._fail("copy", src, exc) from None
+        copied = str(answer.get("CopyObjectResult", {}).get("ETag", "")).strip('"')
+        if etag is not None and copied != etag:
+            raise StorageError(f"{self.uri(src)} changed after it was verified (ETag {copied}, "
+                               f"the manifest says {etag}); refusing to publish it")
 
     def _multipart_copy(self, sbucket: str, skey: str, dbucket: str, dkey: str, size: int) -> None:
         client = self.client

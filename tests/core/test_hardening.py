@@ -424,3 +424,27 @@ def test_every_discarded_precommit_is_reported(tmp_path, caplog, path):
             sink.commit(higher)
     _assert_reported(caplog, txn.txn_id, manifest)
     assert sink.describe("1")[0].state is TxnState.ABORTED
+
+
+def test_s3_rewrite_between_verification_and_copy_is_never_published(s3_options, s3_bucket):
+    """The window inside promotion: staging verified, then a same-size rewrite before the
+    server-side copy.  The copy's own ETag gives it away; nothing is published."""
+    sink = Sink(f"s3://{s3_bucket}/t", "hard", storage_options=s3_options)
+    old, _ = stage(sink, "1", {"a.parquet": b"old!"})
+    sink.commit(old)
+    txn, manifest = stage(sink, "1", {"a.parquet": b"good"})
+    staged = sink.storage.join(sink.layout.staging("1", 2), "a.parquet")
+
+    def rewrite(_name):
+        sink.storage.put(staged, b"EVIL")
+
+    with armed("promote.before_copy", rewrite), \
+            pytest.raises(StorageError, match="changed after it was verified"):
+        sink.commit(txn, expected_digest=manifest.digest)
+    assert committed_contents(sink) == {"1": [b"old!"]}
+    with pytest.raises(TpcError, match="changed after the commit was decided"):
+        sink.recover()
+    assert committed_contents(sink) == {"1": [b"old!"]}
+    sink.storage.put(staged, b"good")  # restored: the next recover publishes it
+    sink.recover()
+    assert committed_contents(sink) == {"1": [b"good"]}
