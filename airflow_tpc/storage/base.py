@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from ..errors import StorageError
+from ..errors import StorageError, UnsupportedStorage
 
 CHUNK = 8 * 1024 * 1024
 
@@ -112,15 +112,20 @@ class Storage(ABC):
     def put_if_version(self, path: str, data: bytes, version: str | None) -> bool:
         """Replace ``path`` only if it is still at ``version`` (None: only if absent).
 
-        Stores without conditional overwrite rely on :meth:`promotion_lock`.
+        The published marker's compare-and-swap.  Fails closed: a store must say
+        how it does this (natively, or as a plain write made safe because every
+        caller holds :meth:`promotion_lock`), or promotion is refused.
         """
-        self.put(path, data)
-        return True
+        raise UnsupportedStorage(f"{type(self).__name__} has no compare-and-swap "
+                                 "(put_if_version); refusing to publish without one")
 
     @contextmanager
     def promotion_lock(self, root: str) -> Iterator[None]:
-        """Serialise promotions of one target where the store cannot compare-and-swap."""
-        yield
+        """Serialise promotions of one target (or declare, by overriding with a no-op,
+        that the store's compare-and-swap makes a lock unnecessary).  Fails closed."""
+        raise UnsupportedStorage(f"{type(self).__name__} declares no promotion lock; "
+                                 "refusing to publish without one")
+        yield  # pragma: no cover
 
     def check_real_dirs(self, base: str, path: str) -> None:
         """Refuse (:class:`StorageError`) unless every folder below ``base`` down to

@@ -211,6 +211,12 @@ class LocalStorage(Storage):
         for path in paths:
             _unlink(path)
 
+    def put_if_version(self, path: str, data: bytes, version: str | None) -> bool:
+        """A plain atomic replace: every caller holds :meth:`promotion_lock`, so the
+        check of the current version and this write cannot interleave with another."""
+        self.put(path, data)
+        return True
+
     @contextmanager
     def promotion_lock(self, root: str) -> Iterator[None]:
         """An flock on ``<root>/_tpc/promote.lock``: released by the kernel if we die.

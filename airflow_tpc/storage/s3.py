@@ -17,6 +17,7 @@ import threading
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from ..errors import StorageError, TpcError
@@ -299,6 +300,12 @@ class S3Storage(Storage):
             if _client_error_code(exc) in ("NoSuchKey", "404", "NotFound"):
                 return None, None
             raise self._fail("read", path, exc) from None
+
+    @contextmanager
+    def promotion_lock(self, root: str) -> Iterator[None]:
+        """No lock: the marker's compare-and-swap (:meth:`put_if_version`) serialises
+        promotions, and every other step is idempotent."""
+        yield
 
     def put_if_version(self, path: str, data: bytes, version: str | None) -> bool:
         if version is None:

@@ -448,3 +448,33 @@ def test_s3_rewrite_between_verification_and_copy_is_never_published(s3_options,
     sink.storage.put(staged, b"good")  # restored: the next recover publishes it
     sink.recover()
     assert committed_contents(sink) == {"1": [b"good"]}
+
+
+def test_a_new_store_without_compare_and_swap_or_lock_fails_closed(tmp_path):
+    """A backend that implements only the abstract methods cannot publish: the base
+    class refuses the marker's compare-and-swap and the promotion lock."""
+    from airflow_tpc.storage import LocalStorage, Storage
+
+    local = LocalStorage()
+
+    class Minimal(Storage):
+        scheme = "file"
+        has_links = True
+        uri = local.uri
+        read_bytes = local.read_bytes
+        list = local.list
+        list_dirs = local.list_dirs
+        iter_chunks = local.iter_chunks
+        put = local.put
+        put_if_absent = local.put_if_absent
+        delete_prefix = local.delete_prefix
+        delete_files = local.delete_files
+        check_real_dirs = local.check_real_dirs
+
+    for mode in ("move", "manifest"):
+        sink = Sink(str(tmp_path / mode), "hard", storage=Minimal(),
+                    config=SinkConfig(promotion=mode))
+        txn, _ = stage(sink, "1", {"a.parquet": b"a"})
+        with pytest.raises(UnsupportedStorage, match="promotion lock"):
+            sink.commit(txn)
+        assert sink.committed_files() == {}
