@@ -19,7 +19,7 @@ from airflow_tpc.airflow.plugin import CSRF_HEADER, csrf_refusal
 
 from . import test_ui_admin_provider as ui
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(900)
 
 # The fixtures that build a DAG run with a pre-committed transaction and the API client.
 run_with_txn = ui.run_with_txn

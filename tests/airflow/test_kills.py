@@ -58,7 +58,7 @@ from .helpers import (
     tries,
 )
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = pytest.mark.timeout(1800)
 
 DAG_ID = "tpc_it_kills"
 ABORT_DAG_ID = "tpc_it_kills_abort"

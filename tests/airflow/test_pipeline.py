@@ -29,7 +29,7 @@ from .helpers import (
     tries,
 )
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = pytest.mark.timeout(1800)
 
 DAG_ID = "tpc_it_local"
 NS = "tpc_it_local"

@@ -26,7 +26,7 @@ from airflow_tpc import Sink, TxnState
 
 from .helpers import day, states
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = pytest.mark.timeout(1800)
 
 SECRET = "tpc-Sup3r-s3cret-for-argv-7731"
 TOKEN = "tpc-session-t0ken-for-argv-5522"

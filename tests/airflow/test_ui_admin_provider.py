@@ -15,7 +15,7 @@ from airflow_tpc import Sink, TxnState
 REPO = Path(__file__).resolve().parents[2]
 #: What the plugin page's Abort button sends besides its JSON body (CSRF defence).
 JSON_ABORT = {"X-Airflow-TPC": "1"}
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(900)
 
 
 def test_provider_info_and_providers_list(airflow_db):

@@ -158,7 +158,7 @@ def test_random_protocol_sequences_local():
         shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)
 def test_random_protocol_sequences_s3(s3_options, s3_bucket):
     class S3(EpochMachine):
         target_factory = staticmethod(

@@ -62,7 +62,7 @@ def moto_endpoint() -> Iterator[str]:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 300  # moto start-up on a busy machine
         while True:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
