@@ -110,9 +110,12 @@ class AbortDecision:
 
     outcome = "abort"
 
-    def to_doc(self) -> dict[str, Any]:
+    def to_doc(self, namespace: str, target: str, epoch: str, attempt: int) -> dict[str, Any]:
+        """Names its transaction, so a copy in another attempt's folder is refused."""
         return {"outcome": "abort", "reason": self.reason, "expired": self.expired,
-                "decided_at": self.decided_at}
+                "decided_at": self.decided_at, "txn_id": f"{namespace}/{epoch}/{attempt}",
+                "txn": {"namespace": namespace, "target": target, "epoch": epoch,
+                        "attempt": attempt}}
 
 
 Decision = CommitDecision | AbortDecision
@@ -181,6 +184,8 @@ def parse_record(kind: str, doc: dict[str, Any], *, epoch: str, attempt: int, ta
     if kind == DECISION:
         outcome = doc.get("outcome")
         if outcome == "abort":
+            if "txn" in doc:  # written since 0.2; 0.1.0's abort records name nothing
+                same_txn(doc["txn"], "aborts")
             return AbortDecision(str(doc.get("reason", "")), doc.get("expired") is True,
                                  float(doc["decided_at"]) if _number(doc.get("decided_at"))
                                  else 0.0)
@@ -188,6 +193,10 @@ def parse_record(kind: str, doc: dict[str, Any], *, epoch: str, attempt: int, ta
             raise bad(f"has an unknown outcome {outcome!r}")
         return _commit_decision(doc, bad, same_txn, staging_uri, f"/{epoch}/{attempt}")
     if kind in (PUBLISHED, SUPERSEDED, ABANDONED, CLOSED):
+        named = doc.get("txn_id")
+        if named is not None and not str(named).endswith(f"/{epoch}/{attempt}"):
+            raise bad(f"is about transaction {named!r}, not attempt {attempt} of epoch "
+                      f"{epoch!r}")
         if kind == SUPERSEDED and (not _int(doc.get("by")) or doc["by"] <= attempt):
             raise bad(f"says a lower or no attempt ({doc.get('by')!r}) superseded attempt "
                       f"{attempt}")

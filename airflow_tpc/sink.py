@@ -233,6 +233,12 @@ class Sink:
         self._fence(txn, attempts, "pre-commit")
         if DECISION in attempts.get(txn.attempt, AttemptRecords()).kinds:
             raise FencedError(f"pre-commit refused for {txn.txn_id}: it is already decided")
+        marker = _promote.read_marker(self.layout, txn.epoch)
+        if marker is not None and marker["attempt"] >= txn.attempt:
+            raise LedgerError(f"pre-commit refused for {txn.txn_id}: readers already see "
+                              f"attempt {marker['attempt']} of epoch {txn.epoch}, so this attempt "
+                              "was decided (its decision record is lost, or the ledger was "
+                              "damaged)")
         self._warn_age(txn)
         staging = self.layout.check_staging(txn.epoch, txn.attempt)
         staged = list_staged(self.storage, staging)
@@ -461,7 +467,9 @@ class Sink:
                 return self._finish_epoch(epoch, attempts, rescan=False)
             crashpoint("commit.before_published")
             # A fact, not a decision: a concurrent promoter's record is just as good.
-            self.ledger.create_or_get(epoch, attempt, PUBLISHED, {"published_at": time.time()})
+            self.ledger.create_or_get(epoch, attempt, PUBLISHED, {
+                "published_at": time.time(), "txn_id": decision.txn_id,
+                "manifest_digest": decision.manifest_digest})
             rec.kinds.add(PUBLISHED)
         for other, orec in attempts.items():
             if other >= attempt or orec.kinds & DISPLACED_DONE_KINDS:
@@ -472,7 +480,7 @@ class Sink:
                             best_effort=True)
             elif isinstance(odecision, AbortDecision):
                 # Aborted earlier, perhaps by a try that died before removing staging.
-                if self._clean_staging(epoch, other):
+                if self._remove_aborted(epoch, other, odecision, best_effort=True):
                     self._close(epoch, other, orec)
             elif self._clean_staging(epoch, other):
                 # A lower commit: its published files went with the swap/cleanup above;
@@ -493,10 +501,28 @@ class Sink:
         """An epoch with no commit: finish (close) its aborted attempts.  Targets written
         before ``closed.json`` existed are brought up to date here, once."""
         for attempt, rec in attempts.items():
-            if needs_finishing(rec.kinds) \
-                    and isinstance(self._decision(epoch, attempt, rec), AbortDecision) \
-                    and self._clean_staging(epoch, attempt):
+            if not needs_finishing(rec.kinds):
+                continue
+            decision = self._decision(epoch, attempt, rec)
+            if isinstance(decision, AbortDecision) \
+                    and self._remove_aborted(epoch, attempt, decision, best_effort=True):
                 self._close(epoch, attempt, rec)
+
+    def _remove_aborted(self, epoch: str, attempt: int, decision: AbortDecision,
+                        best_effort: bool) -> bool:
+        """Remove the staging of an attempt aborted earlier.  If it still holds a sealed
+        manifest (an abort whose cleanup died, or a damaged ledger), say so: pre-committed
+        data is never thrown away without a WARNING naming it."""
+        if self.storage.list(self.layout.staging(epoch, attempt)):
+            sealed = self._discarded(epoch, attempt)
+            if sealed:
+                log.warning("DISCARDING %s/%s/%d, PRE-COMMITTED %s: it was aborted earlier "
+                            "(%s). That output is never published.", self.namespace, epoch,
+                            attempt, sealed, decision.reason)
+        if best_effort:
+            return self._clean_staging(epoch, attempt)
+        self.layout.remove_staging(epoch, attempt)
+        return True
 
     def _clean_staging(self, epoch: str, attempt: int) -> bool:
         """Remove a displaced attempt's staging; a failure is logged, not raised.
@@ -554,7 +580,10 @@ class Sink:
         Throwing away a complete pre-committed attempt is never quiet: a WARNING
         names what is discarded (see :meth:`_discarded`).
         """
-        doc = AbortDecision(reason, expired, time.time()).to_doc()
+        begin = self.ledger.read(epoch, attempt, BEGIN)
+        doc = AbortDecision(reason, expired, time.time()).to_doc(
+            begin.namespace if isinstance(begin, Begin) else self.namespace, self.target,
+            epoch, attempt)
         crashpoint("abort.before_decision")
         sealed = self._discarded(epoch, attempt)
         created, winner = self.ledger.create_or_get(epoch, attempt, DECISION, doc)
@@ -619,6 +648,7 @@ class Sink:
         for epoch in sorted(scan, key=epoch_sort_key):
             attempts = scan[epoch]
             try:
+                self._check_published_claims(epoch, attempts)
                 won = self._finish_epoch_recording(epoch, attempts, report)
             except LedgerError as exc:
                 log.error("recover leaves epoch %s of %s untouched: %s", epoch, self.target, exc)
@@ -726,12 +756,47 @@ class Sink:
                     keep = (decision.mode == "manifest"
                             and not rec.kinds & {SUPERSEDED, ABANDONED}) \
                         or not rec.kinds & {PUBLISHED, SUPERSEDED}
+                if isinstance(decision, CommitDecision) and not keep \
+                        and SUPERSEDED not in rec.kinds and not self._marker_at_least(epoch,
+                                                                                     attempt):
+                    # published.json says done, the marker disagrees: never delete on it.
+                    log.error("staging of %s/%s/%d kept: the ledger says it was published, "
+                              "but the published marker names no attempt at or above it",
+                              self.namespace, epoch, attempt)
+                    keep = True
                 if not keep:
-                    self.layout.remove_staging(epoch, attempt)
-                    cleaned.append((epoch, attempt))
                     if isinstance(decision, AbortDecision):
+                        self._remove_aborted(epoch, attempt, decision, best_effort=False)
                         self._close(epoch, attempt, rec)
+                    else:
+                        self.layout.remove_staging(epoch, attempt)
+                    cleaned.append((epoch, attempt))
         return cleaned
+
+    def _marker_at_least(self, epoch: str, attempt: int) -> bool:
+        marker = _promote.read_marker(self.layout, epoch)
+        return marker is not None and marker["attempt"] >= attempt
+
+    def _check_published_claims(self, epoch: str, attempts: dict[int, AttemptRecords]) -> None:
+        """Recover does not take ``published.json`` on trust: if the marker does not name
+        that attempt (or a higher one), the claim is dropped and the commit is promoted
+        again (promotion is idempotent and re-verifies staging).  Also refuses to treat
+        the attempt readers see as undecided when its decision record is lost."""
+        marker = _promote.read_marker(self.layout, epoch)
+        seen = marker["attempt"] if marker else 0
+        for attempt, rec in attempts.items():
+            if PUBLISHED in rec.kinds and attempt > seen \
+                    and not rec.kinds & {SUPERSEDED, ABANDONED}:
+                log.warning("epoch %s attempt %d: published.json is there but the published "
+                            "marker names attempt %s; promoting it again", epoch, attempt,
+                            seen or "none")
+                rec.kinds.discard(PUBLISHED)
+            if attempt == seen and DECISION not in rec.kinds:
+                raise LedgerError(
+                    f"epoch {epoch}: readers see attempt {attempt}, but its decision record "
+                    f"{self.storage.uri(self.layout.record(epoch, attempt, DECISION))} is "
+                    "missing (the ledger was damaged); it is never treated as undecided. "
+                    "Nothing was changed; restore the record, or commit a new attempt.")
 
     def gc(self) -> list[tuple[str, int]]:
         """Remove staging of finished transactions (what recover cleans, without the rest)."""

@@ -30,9 +30,9 @@ Damaged records legitimately make verbs refuse, so refusals are not judged beyon
 ``begin`` must always hand out an attempt above every one still visible (ledger,
 staging folder, published marker).
 
-Two damage cases are excluded from the property because they hit known defects;
-each has a deterministic reproducer below, marked ``xfail(strict=True)``, to be
-removed with the exclusion when the defect is fixed.
+Three defects the property found (a copied abort decision, a lost decision of the
+published attempt, a copied ``published.json``) have deterministic regression
+tests below.
 """
 
 from __future__ import annotations
@@ -361,12 +361,6 @@ class DamageMachine(RuleBasedStateMachine):
         if not records:
             return
         path, epoch, attempt, kind = data.draw(st.sampled_from(records))
-        marker = self._marker(epoch)
-        if not whole_epoch and kind == DECISION and marker and marker["attempt"] == attempt:
-            # Excluded, a known defect: with the decision of the attempt readers see gone,
-            # recover takes it for undecided and aborts it (deleting manifest-mode data)
-            # (test_published_attempt_whose_decision_is_lost_is_never_aborted).
-            return
         lost = [p for p, e, _, _ in records if e == epoch] if whole_epoch else [path]
         self.storage.delete_files(lost)
         self.lost.update(lost)
@@ -386,12 +380,7 @@ class DamageMachine(RuleBasedStateMachine):
             return
         epoch, attempt = data.draw(st.sampled_from(sorted(slots)))
         source = json.loads(self.storage.read_bytes(src) or b"{}")
-        if kind == DECISION and source.get("outcome") == "abort" \
-                and self._read_manifest(epoch, attempt) is not None:
-            # Excluded, a known defect: an abort decision names no transaction, so a copy
-            # into a pre-committed attempt is believed and gc/recover delete its sealed
-            # staging without a word (test_foreign_abort_decision_is_not_a_silent_discard).
-            return
+        del source  # any record, commit or abort, may be copied anywhere
         dst = self.sink.layout.record(epoch, attempt, kind)
         if self.storage.put_if_absent(dst, self.storage.read_bytes(src)):
             self.foreign.add(dst)
@@ -571,7 +560,7 @@ def test_damage_property_s3(s3_options, s3_bucket):
     S3.TestCase().runTest()
 
 
-# ------------------------------------------- defects the property exposed (xfail)
+# ------------------------------------ defects the property exposed (regression tests)
 def _staged(sink, epoch, files, *, commit=False):
     txn = sink.begin(epoch)
     for rel, data in files.items():
@@ -588,9 +577,6 @@ def _discard_warnings(caplog, txn_id):
                 re.escape(txn_id) + r"(?![0-9])", r.getMessage())]
 
 
-@pytest.mark.xfail(strict=True, reason="an abort decision names no transaction: one copied "
-                   "into a pre-committed attempt's folder makes gc/recover delete its sealed "
-                   "staging silently")
 @pytest.mark.parametrize("verb", ["gc", "recover"])
 def test_foreign_abort_decision_is_not_a_silent_discard(tmp_path, caplog, verb):
     sink = Sink(str(tmp_path / "t"), NAMESPACE)
@@ -609,9 +595,6 @@ def test_foreign_abort_decision_is_not_a_silent_discard(tmp_path, caplog, verb):
         f"{txn.txn_id} ({manifest.digest}) was deleted without a word"
 
 
-@pytest.mark.xfail(strict=True, reason="recover takes the published attempt whose decision "
-                   "record is lost for undecided and aborts it: the ledger says ABORTED for "
-                   "what readers see, and in manifest mode its published files are deleted")
 @pytest.mark.parametrize("mode", ["move", "manifest"])
 @pytest.mark.parametrize("how", ["abort_undecided", "superseded"])
 def test_published_attempt_whose_decision_is_lost_is_never_aborted(tmp_path, mode, how):
@@ -630,9 +613,6 @@ def test_published_attempt_whose_decision_is_lost_is_never_aborted(tmp_path, mod
         f"attempt 1, which readers see, is now decided {json.loads(raw)}"
 
 
-@pytest.mark.xfail(strict=True, reason="published.json names no transaction: one copied into "
-                   "a decided-but-unpromoted attempt makes recover skip its roll-forward and "
-                   "delete its staging: committed data lost silently")
 def test_foreign_published_record_never_loses_a_decided_commit(tmp_path):
     sink = Sink(str(tmp_path / "t"), NAMESPACE)
     _staged(sink, "1", {"a.parquet": b"one"}, commit=True)
