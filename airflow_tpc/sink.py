@@ -50,6 +50,7 @@ from .records import (
 from .staging import checksum_for, list_staged, on_threads, verify_against_storage
 from .storage import Storage, open_storage
 from .transaction import (
+    AttemptStatus,
     CommitResult,
     RecoveryReport,
     SinkConfig,
@@ -292,6 +293,20 @@ class Sink:
             return manifest
         decision = self.ledger.read(txn.epoch, txn.attempt, DECISION)
         return ManifestSummary.of(decision) if isinstance(decision, CommitDecision) else None
+
+    def poll(self, txn: Transaction) -> AttemptStatus:
+        """The cheap question a waiting sensor asks on every poke: one listing of the
+        epoch's ledger, the attempt's decision if it has one, else its manifest.
+        (:meth:`describe` lists and reads every attempt's staging and records.)"""
+        attempts = self.ledger.scan(txn.epoch).get(txn.epoch, {})
+        rec = attempts.get(txn.attempt, AttemptRecords())
+        decision = self._decision(txn.epoch, txn.attempt, rec)
+        manifest = self.read_manifest(txn) if decision is None else None
+        return AttemptStatus(
+            state=derive_state(rec.kinds, decision, sealed=manifest is not None),
+            highest_attempt=max(attempts, default=txn.attempt),
+            reason=decision.reason if isinstance(decision, AbortDecision) else None,
+            manifest=manifest)
 
     # ----------------------------------------------------------------- commit
     def commit(self, txn: Transaction, *, expected_digest: str | None = None,

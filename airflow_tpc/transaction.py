@@ -144,6 +144,17 @@ class RecoveryReport:
 
 
 @dataclass(frozen=True)
+class AttemptStatus:
+    """What :meth:`Sink.poll` answers: the attempt's state, the epoch's highest attempt
+    (above this one: fenced), an abort's reason, and the manifest while it is staged."""
+
+    state: TxnState
+    highest_attempt: int
+    reason: str | None
+    manifest: Manifest | None
+
+
+@dataclass(frozen=True)
 class TxnInfo:
     """What ``describe`` shows of one transaction."""
 

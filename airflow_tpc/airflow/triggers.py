@@ -33,23 +33,21 @@ def check_precommit(hook: TpcHook, txn_doc: dict[str, Any]) -> tuple[str, str]:
 
     sink = hook.get_sink()
     txn = hook.transaction(txn_doc)
-    infos = {i.attempt: i for i in sink.describe(txn.epoch)}
-    mine = infos.get(txn.attempt)
-    if mine is not None and mine.state is TxnState.COMMITTED:
-        # A cleared sensor re-running after the commit: the pre-commit it waits for
-        # happened (its manifest now lives in the decision record).
-        return "ready", f"{txn.txn_id} is already COMMITTED"
     try:
-        manifest = sink.read_manifest(txn)
+        status = sink.poll(txn)  # one ledger listing and one or two reads, not describe()
     except ManifestError as exc:
         return "failed", f"invalid pre-commit manifest for {txn.txn_id}: {exc}"
-    if mine is not None and mine.state in (TxnState.ABORTED, TxnState.EXPIRED):
-        return "failed", f"{txn.txn_id} was {mine.state} ({mine.reason}): the job failed or " \
-                         "the attempt was given up"
-    higher = [a for a in infos if a > txn.attempt]
-    if higher:
-        return "failed", f"{txn.txn_id} is fenced: attempt {max(higher)} of epoch {txn.epoch} " \
-                         "has begun since, so this attempt can never be committed"
+    if status.state is TxnState.COMMITTED:
+        # A cleared sensor re-running after the commit: the pre-commit it waits for
+        # happened (the decision records its digest and totals).
+        return "ready", f"{txn.txn_id} is already COMMITTED"
+    if status.state in (TxnState.ABORTED, TxnState.EXPIRED, TxnState.ABANDONED):
+        return "failed", f"{txn.txn_id} was {status.state} ({status.reason}): the job failed " \
+                         "or the attempt was given up"
+    if status.highest_attempt > txn.attempt:
+        return "failed", f"{txn.txn_id} is fenced: attempt {status.highest_attempt} of epoch " \
+                         f"{txn.epoch} has begun since, so this attempt can never be committed"
+    manifest = status.manifest
     if manifest is not None:
         return "ready", f"{txn.txn_id} pre-committed: {manifest.total_files} files, digest " \
                         f"{manifest.digest}"

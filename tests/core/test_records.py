@@ -157,3 +157,24 @@ def test_state_is_derived_in_one_place():
     assert derive_state(set(), None, sealed=True) is TxnState.PRECOMMITTED
     assert derive_state({DECISION}, commit, sealed=False) is TxnState.COMMITTED
     assert derive_state({DECISION, "abandoned"}, commit, sealed=False) is TxnState.ABANDONED
+
+
+def test_poll_answers_what_a_sensor_needs_cheaply(tmp_path):
+    target = str(tmp_path / "t")
+    sink = Sink(target, "records")
+    txn = sink.begin("1")
+    assert (sink.poll(txn).state, sink.poll(txn).manifest) == (TxnState.OPEN, None)
+    (tmp_path / "t" / "_tpc" / "staging" / "epoch=1" / "attempt=000001").mkdir(parents=True)
+    (tmp_path / "t" / "_tpc" / "staging" / "epoch=1" / "attempt=000001" / "a.parquet") \
+        .write_bytes(b"a")
+    manifest = sink.precommit(txn)
+    status = sink.poll(txn)
+    assert (status.state, status.manifest.digest, status.highest_attempt) == \
+        (TxnState.PRECOMMITTED, manifest.digest, 1)
+    counting = CountingReads(sink.storage)
+    Sink(target, "records", storage=counting).poll(txn)
+    assert len(counting.reads) <= 2, counting.reads  # no describe(): no staging reads
+    sink.begin("1")
+    assert sink.poll(txn).highest_attempt == 2  # fenced
+    sink.abort(txn, reason="given up")
+    assert (sink.poll(txn).state, sink.poll(txn).reason) == (TxnState.ABORTED, "given up")
