@@ -47,19 +47,14 @@ class Totals:
 
 
 @dataclass(frozen=True)
-class Begin:
-    """``begin.json``: the attempt exists; its number fences every lower one."""
+class Begin(Transaction):
+    """``begin.json``: the transaction as it began (plus who began it); its attempt
+    number fences every lower one."""
 
-    namespace: str
-    target: str
-    epoch: str
-    attempt: int
-    staging_uri: str
-    started_at: float
-    timeout_s: float
     owner: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def transaction(self) -> Transaction:
+        """The plain transaction (what operators pass around), without the owner."""
         return Transaction(self.namespace, self.target, self.epoch, self.attempt,
                            self.staging_uri, self.started_at, self.timeout_s)
 

@@ -99,20 +99,27 @@ def full_tree(sink: Sink, *extra_dirs: str) -> dict[str, bytes | str]:
     ``extra_dirs`` (e.g. a folder outside the target a link points at) are included.
     "Changes nothing" is asserted on this, not on the published files alone.
     """
-    import os
-
     out: dict[str, bytes | str] = {}
     if sink.storage.scheme != "file":
         for info in sink.storage.list(sink.layout.root):
             out[info.path] = sink.storage.read_bytes(info.path)
         return out
     for top in (sink.layout.root, *extra_dirs):
-        for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
-            for name in dirnames + filenames:
-                path = os.path.join(dirpath, name)
-                if os.path.islink(path):
-                    out[path] = "-> " + os.readlink(path)
-                elif name in filenames:
-                    with open(path, "rb") as fh:
-                        out[path] = fh.read()
+        out.update(local_tree(top))
+    return out
+
+
+def local_tree(top: str) -> dict[str, bytes | str]:
+    """Every file below a local folder by content, symlinks as ``"-> <destination>"``."""
+    import os
+
+    out: dict[str, bytes | str] = {}
+    for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            if os.path.islink(path):
+                out[path] = "-> " + os.readlink(path)
+            elif name in filenames:
+                with open(path, "rb") as fh:
+                    out[path] = fh.read()
     return out

@@ -160,7 +160,17 @@ def test_already_published_is_decided_by_digest_not_attempt_number(tmp_path):
     sink.storage.put_if_absent(_record(sink, "1", 1, BEGIN), begin)
     txn = sink.transaction("1", 1)
     write_staged(sink, txn, {"a.parquet": b"new data"})
-    manifest = sink.precommit(txn)
+    with pytest.raises(LedgerError, match="readers already see attempt 1"):
+        sink.precommit(txn)
+    # Sealed anyway (another writer, a restored staging): promotion compares digests.
+    from airflow_tpc.manifest import FileEntry, Manifest
+
+    staged = sink.layout.staging("1", 1)
+    manifest = Manifest.build(namespace=txn.namespace, target=txn.target, epoch="1", attempt=1,
+                              staging=txn.staging_uri, files=[FileEntry(
+                                  "a.parquet", 8, "sha256:" + sink.storage.checksum(
+                                      sink.storage.join(staged, "a.parquet"), "sha256"))])
+    sink.storage.put(sink.storage.join(staged, MANIFEST_NAME), manifest.to_json_bytes())
     with pytest.raises(LedgerError, match="attempt number was reused"):
         sink.commit(txn, expected_digest=manifest.digest)
     assert committed_contents(sink) == {"1": [b"old"]}

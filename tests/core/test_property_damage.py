@@ -62,6 +62,8 @@ from airflow_tpc.faults import InjectedCrash, armed
 from airflow_tpc.ledger import BEGIN, DECISION
 from airflow_tpc.manifest import MANIFEST_NAME
 
+from .helpers import local_tree
+
 EPOCHS = ["0", "1"]
 NAMESPACE = "dmg"
 CRASH_POINTS = ["commit.before_decision", "commit.after_decision", "promote.before_marker",
@@ -155,16 +157,7 @@ class DamageMachine(RuleBasedStateMachine):
         if not self.local:
             return {o.path: self.storage.read_bytes(o.path)
                     for o in self.storage.list(self.outside)}
-        out = {}
-        for dirpath, dirnames, filenames in os.walk(self.outside, followlinks=False):
-            for name in dirnames + filenames:
-                path = os.path.join(dirpath, name)
-                if os.path.islink(path):
-                    out[path] = "-> " + os.readlink(path)
-                elif name in filenames:
-                    with open(path, "rb") as fh:
-                        out[path] = fh.read()
-        return out
+        return local_tree(self.outside)
 
     def _through_link(self, path):
         """True if any folder from the target root down to ``path`` is a symlink."""
