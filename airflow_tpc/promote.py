@@ -7,13 +7,16 @@ from the old epoch to the new one at a single atomic write or rename of the
 epoch's ``_tpc_published.json`` marker, and the marker only ever moves to a
 higher attempt:
 
-- local, mode "move":   under an flock of the target, the marker is written into
-  staging, then one directory swap (``renameat2(RENAME_EXCHANGE)``) of staging
-  with ``<target>/epoch=<E>``.
-- S3, mode "move":      parallel server-side copies to attempt-tagged keys, then
-  the marker is replaced with a compare-and-swap (``IfMatch``/``IfNoneMatch``),
-  then files of lower attempts are deleted.
-- any store, "manifest": the marker lists the staged files where they are.
+- :class:`RenameSwap` (mode "move" where the store swaps directories, a local
+  disk): under an flock of the target, the marker is written into staging, then
+  one ``renameat2(RENAME_EXCHANGE)`` of staging with ``<target>/epoch=<E>``.
+- :class:`CopyThenSwapMarker` (mode "move" on a store with server-side copy, S3):
+  parallel copies to attempt-tagged keys, then a compare-and-swap of the marker
+  (``IfMatch``/``IfNoneMatch``), then files of lower attempts are deleted.
+- :class:`ManifestOnly` (mode "manifest", any store): the marker lists the
+  staged files where they are.
+
+All three share one skeleton (:func:`promote`); table formats plug in here.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from .errors import LedgerError, ManifestError, StorageError
+from .errors import LedgerError, ManifestError, StorageError, UnsupportedStorage
 from .faults import crashpoint
 from .ledger import ATTEMPT_DIR_RE, MAX_RECORD_BYTES, PUBLISHED_MARKER, Layout
 from .manifest import MAX_MANIFEST_BYTES, Manifest
@@ -136,11 +139,10 @@ def promote(layout: Layout, epoch: str, attempt: int, decision: CommitDecision,
 
 def _promote(layout: Layout, epoch: str, attempt: int, decision: CommitDecision,
              load_manifest: Callable[[], Manifest], staging_verified: bool) -> bool:
-    storage = layout.storage
-    mode = decision.mode
+    strategy = strategy_for(layout.storage, decision.mode)
     staging = layout.check_staging(epoch, attempt)
     dst = layout.check_published(epoch)
-    raw, version = storage.read_versioned(layout.marker(epoch))
+    raw, version = layout.storage.read_versioned(layout.marker(epoch))
     current = _decode_marker(layout, epoch, raw)
     if current is not None and current["attempt"] > attempt:
         return False  # a later attempt of this epoch is already what readers see
@@ -151,31 +153,69 @@ def _promote(layout: Layout, epoch: str, attempt: int, decision: CommitDecision,
         manifest = load_manifest()
         if not staging_verified:
             _verify_staging(layout, manifest, decision.verify)
+        if not strategy.switch(layout, manifest, staging, dst, version):
+            return False
+    strategy.clean(layout, epoch, attempt, manifest, current)
+    return True
 
-    if storage.atomic_dir_rename and mode == "move":
-        # Serialised by promotion_lock: check-then-swap cannot interleave.
-        if manifest is not None:
-            paths = [f"epoch={epoch}/{f.path}" for f in manifest.files]
-            crashpoint("promote.before_marker")
-            storage.put(storage.join(staging, PUBLISHED_MARKER),
-                        json.dumps(marker_doc(manifest, mode, paths)).encode())
-            crashpoint("promote.before_swap")
-            storage.replace_dir(staging, dst)
-            crashpoint("promote.after_swap")
-        # Whatever is left at the staging path now is the displaced old epoch.
-        layout.remove_staging(epoch, attempt)
+
+class Strategy:
+    """One way of making a decided commit visible; :func:`promote` is the skeleton.
+
+    ``switch`` publishes a verified manifest (the step readers see at once) and
+    returns False if a higher attempt won meanwhile; ``clean`` removes what the
+    switch displaced, given the manifest it published, or None when an earlier
+    run already switched (then ``current`` is the marker it wrote).  Both are
+    idempotent: either may be run again after a crash.
+    """
+
+    name = ""
+
+    def switch(self, layout: Layout, manifest: Manifest, staging: str, dst: str,
+               version: str | None) -> bool:
+        raise NotImplementedError
+
+    def clean(self, layout: Layout, epoch: str, attempt: int, manifest: Manifest | None,
+              current: dict[str, Any] | None) -> None:
+        raise NotImplementedError
+
+
+class RenameSwap(Strategy):
+    """A store that swaps directories atomically (a local disk): the marker goes into
+    staging, then staging and ``T/epoch=E`` are exchanged in one ``renameat2``.
+    Constant work whatever the file count; data and marker switch together."""
+
+    name = "move"
+
+    def switch(self, layout: Layout, manifest: Manifest, staging: str, dst: str,
+               version: str | None) -> bool:
+        # Serialised by the promotion lock: check-then-swap cannot interleave.
+        storage = layout.storage
+        paths = [f"epoch={manifest.epoch}/{f.path}" for f in manifest.files]
+        crashpoint("promote.before_marker")
+        storage.put(storage.join(staging, PUBLISHED_MARKER),
+                    json.dumps(marker_doc(manifest, self.name, paths)).encode())
+        crashpoint("promote.before_swap")
+        storage.replace_dir(staging, dst)
+        crashpoint("promote.after_swap")
         return True
 
-    keep: set[str] = set()
-    if mode == "manifest":
-        if manifest is not None:
-            paths = [_rel_to_root(layout, storage.join(staging, f.path)) for f in manifest.files]
-    elif manifest is None:  # published already: keep exactly what the marker lists
-        prefix = f"epoch={epoch}/"
-        keep = {f["path"][len(prefix):] for f in current["files"]}  # type: ignore[index]
-    else:
-        keep = {tagged(f.path, attempt) for f in manifest.files}
-        paths = [f"epoch={epoch}/{tagged(f.path, attempt)}" for f in manifest.files]
+    def clean(self, layout: Layout, epoch: str, attempt: int, manifest: Manifest | None,
+              current: dict[str, Any] | None) -> None:
+        layout.remove_staging(epoch, attempt)  # now the displaced old epoch, if any
+
+
+class CopyThenSwapMarker(Strategy):
+    """An object store: parallel server-side copies to attempt-tagged keys (two
+    attempts never share a key), then a compare-and-swap of the marker; the
+    displaced attempt's files and this attempt's staging are deleted after."""
+
+    name = "move"
+
+    def switch(self, layout: Layout, manifest: Manifest, staging: str, dst: str,
+               version: str | None) -> bool:
+        storage = layout.storage
+        attempt = manifest.attempt
         sizes = {storage.join(staging, f.path): f.size for f in manifest.files}
         # What the copies must reproduce: the verified ETag of a single-part object (its
         # MD5; a copy of a multipart upload gets a new ETag, so those are not checked).
@@ -185,16 +225,53 @@ def _promote(layout: Layout, epoch: str, attempt: int, decision: CommitDecision,
         pairs = [(storage.join(staging, f.path), storage.join(dst, tagged(f.path, attempt)))
                  for f in manifest.files]
         crashpoint("promote.before_copy")
-        storage.copy_many(pairs, sizes, etags)  # type: ignore[call-arg]
-    if manifest is not None:
+        storage.copy_many(pairs, sizes, etags)
+        paths = [f"epoch={manifest.epoch}/{tagged(f.path, attempt)}" for f in manifest.files]
         crashpoint("promote.before_marker")
-        if not _swap_marker(layout, manifest, mode, paths, version):
-            return False
-    crashpoint("promote.before_cleanup")
-    _delete_displaced(layout, epoch, attempt, keep)
-    if mode == "move":
+        return _swap_marker(layout, manifest, self.name, paths, version)
+
+    def clean(self, layout: Layout, epoch: str, attempt: int, manifest: Manifest | None,
+              current: dict[str, Any] | None) -> None:
+        if manifest is not None:
+            keep = {tagged(f.path, attempt) for f in manifest.files}
+        else:  # switched by an earlier run: keep exactly what the marker lists
+            prefix = f"epoch={epoch}/"
+            keep = {f["path"][len(prefix):] for f in (current or {}).get("files", [])}
+        crashpoint("promote.before_cleanup")
+        _delete_displaced(layout, epoch, attempt, keep)
         layout.remove_staging(epoch, attempt)
-    return True
+
+
+class ManifestOnly(Strategy):
+    """Zero copy on any store: the marker lists the staged files where they are, so
+    staging *is* the published data until a later attempt supersedes it."""
+
+    name = "manifest"
+
+    def switch(self, layout: Layout, manifest: Manifest, staging: str, dst: str,
+               version: str | None) -> bool:
+        storage = layout.storage
+        paths = [_rel_to_root(layout, storage.join(staging, f.path)) for f in manifest.files]
+        crashpoint("promote.before_marker")
+        return _swap_marker(layout, manifest, self.name, paths, version)
+
+    def clean(self, layout: Layout, epoch: str, attempt: int, manifest: Manifest | None,
+              current: dict[str, Any] | None) -> None:
+        crashpoint("promote.before_cleanup")
+        _delete_displaced(layout, epoch, attempt, keep=set())
+
+
+def strategy_for(storage: Any, mode: str) -> Strategy:
+    """The strategy a store's capabilities allow for a promotion mode (asked, not
+    sniffed from the URI); a store that can do neither is refused."""
+    if mode == "manifest":
+        return ManifestOnly()
+    if storage.atomic_dir_rename:
+        return RenameSwap()
+    if storage.server_side_copy:
+        return CopyThenSwapMarker()
+    raise UnsupportedStorage(f"{type(storage).__name__} can neither swap directories nor copy "
+                             "server-side: use promotion='manifest'")
 
 
 def _swap_marker(layout: Layout, manifest: Manifest, mode: str, paths: list[str],

@@ -92,9 +92,7 @@ def _shown(rel: str) -> str:
 
 def checksum_for(storage: Storage, info: ObjectInfo, algo: str = "sha256") -> str:
     """A checksum string for a staged file: the ETag where the store has one."""
-    if info.etag and algo == "etag":
-        return f"etag:{info.etag}"
-    if info.etag and storage.scheme == "s3":
+    if info.etag and (algo == "etag" or storage.native_checksum == "etag"):
         return f"etag:{info.etag}"
     return f"{algo}:{storage.checksum(info.path, algo)}"
 

@@ -40,6 +40,11 @@ class Storage(ABC):
     scheme: str = ""
     #: True when a directory can be renamed/swapped atomically (promotion by rename).
     atomic_dir_rename: bool = False
+    #: True when the store copies objects server-side (promotion by copy).
+    server_side_copy: bool = False
+    #: The checksum a listing gives for free ("etag" on S3), or None: staged files
+    #: are then hashed where the bytes are.
+    native_checksum: str | None = None
     #: False only for stores that cannot hold symbolic or hard links (object stores).
     #: A store that can must implement :meth:`check_real_dirs`; the default refuses.
     has_links: bool = True

@@ -132,6 +132,8 @@ class S3Storage(Storage):
     scheme = "s3"
     atomic_dir_rename = False
     has_links = False  # keys are not links: nothing below a prefix leads elsewhere
+    server_side_copy = True
+    native_checksum = "etag"
 
     def __init__(self, options: dict[str, Any] | None = None, *, copy_workers: int = 16,
                  multipart_threshold: int = MULTIPART_COPY_THRESHOLD,
