@@ -28,15 +28,14 @@ from .transaction import SinkConfig
 
 
 def _storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
-    if not args.target.startswith(("s3://", "s3a://")):
-        return None
+    """Endpoint and region for an object store (a local target has no use for them)."""
     options: dict[str, Any] = {}
     endpoint = args.endpoint_url or os.environ.get("AWS_ENDPOINT_URL")
     if endpoint:
         options["endpoint_url"] = endpoint
     if os.environ.get("AWS_DEFAULT_REGION"):
         options["region_name"] = os.environ["AWS_DEFAULT_REGION"]
-    return options
+    return options or None
 
 
 def open_sink(target: str, namespace: str | None, storage_options: dict[str, Any] | None,
