@@ -81,6 +81,8 @@ class Manifest:
     files: tuple[FileEntry, ...]
     created_at: float = field(default_factory=time.time)
     digest: str = ""
+    #: sha256 of the ``_tpc_fingerprints.json`` sealed beside it (local stores), or None.
+    fingerprints: str | None = None
 
     @property
     def txn_id(self) -> str:
@@ -112,6 +114,7 @@ class Manifest:
             "files": [f.to_dict() for f in self.files],
             "totals": {"files": self.total_files, "bytes": self.total_bytes,
                        "rows": self.total_rows},
+            **({"fingerprints": self.fingerprints} if self.fingerprints else {}),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -125,11 +128,11 @@ class Manifest:
 
     @classmethod
     def build(cls, *, namespace: str, target: str, epoch: str, attempt: int, staging: str,
-              files: Iterable[FileEntry]) -> Manifest:
+              files: Iterable[FileEntry], fingerprints: str | None = None) -> Manifest:
         entries = tuple(sorted(files, key=lambda f: f.path))
-        m = cls(namespace, target, epoch, attempt, staging, entries)
+        m = cls(namespace, target, epoch, attempt, staging, entries, fingerprints=fingerprints)
         return cls(namespace, target, epoch, attempt, staging, entries, m.created_at,
-                   digest_of(m.body()))
+                   digest_of(m.body()), fingerprints)
 
     # -- parsing --------------------------------------------------------------
     @classmethod
@@ -180,8 +183,12 @@ class Manifest:
             if e.path in seen:
                 raise ManifestError(f"{where} lists {e.path!r} twice")
             seen.add(e.path)
+        fingerprints = doc.get("fingerprints")
+        if fingerprints is not None and not (isinstance(fingerprints, str)
+                                             and fingerprints.startswith("sha256:")):
+            raise ManifestError(f"{where} has an invalid fingerprints digest")
         m = cls(namespace, target, epoch, attempt, staging, tuple(entries), float(created_at),
-                digest)
+                digest, fingerprints)
         expected_totals = {"files": m.total_files, "bytes": m.total_bytes, "rows": m.total_rows}
         if totals != expected_totals:
             raise ManifestError(f"{where} totals {totals} do not match its files "

@@ -24,7 +24,7 @@ from typing import Any
 
 from .errors import LedgerError
 from .manifest import Manifest
-from .transaction import PROMOTION_MODES, Transaction, TxnState
+from .transaction import PROMOTION_MODES, VERIFY_MODES, Transaction, TxnState
 
 BEGIN, DECISION, PUBLISHED, ABANDONED, SUPERSEDED, CLOSED = (
     "begin", "decision", "published", "abandoned", "superseded", "closed")
@@ -235,7 +235,7 @@ def _commit_decision(doc: dict[str, Any], bad: Any, same_txn: Any, staging_uri: 
     mode, verify = doc.get("mode", "move"), doc.get("verify", "checksum")
     if mode not in PROMOTION_MODES:
         raise bad(f"has an unknown promotion mode {mode!r}")
-    if verify not in ("checksum", "size"):
+    if verify not in VERIFY_MODES:
         raise bad(f"has an unknown verification mode {verify!r}")
     return CommitDecision(namespace, txn_id, float(doc["decided_at"])
                           if _number(doc.get("decided_at")) else 0.0, mode, verify,

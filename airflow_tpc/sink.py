@@ -47,7 +47,15 @@ from .records import (
     derive_state,
     needs_finishing,
 )
-from .staging import checksum_for, list_staged, on_threads, verify_against_storage
+from .staging import (
+    FINGERPRINTS_NAME,
+    checksum_for,
+    digest_bytes,
+    fingerprints_doc,
+    list_staged,
+    on_threads,
+    verify_against_storage,
+)
 from .storage import Storage, open_storage
 from .transaction import (
     AttemptStatus,
@@ -256,14 +264,18 @@ class Sink:
                           staged.items())
         entries = [FileEntry(rel, info.size, checksum, rows.get(rel))
                    for (rel, info), checksum in zip(staged.items(), sums, strict=True)]
+        prints = fingerprints_doc(staged)
         manifest = Manifest.build(namespace=txn.namespace, target=txn.target, epoch=txn.epoch,
-                                  attempt=txn.attempt, staging=txn.staging_uri, files=entries)
+                                  attempt=txn.attempt, staging=txn.staging_uri, files=entries,
+                                  fingerprints=digest_bytes(prints) if prints else None)
         data = manifest.to_json_bytes()
         if len(data) > MAX_MANIFEST_BYTES:
             raise ManifestError(f"{txn.txn_id} staged {manifest.total_files} files: its "
                                 f"manifest would be {len(data)} bytes, above the "
                                 f"{MAX_MANIFEST_BYTES} byte cap; write fewer, larger files "
                                 "(e.g. coalesce or repartition before writing)")
+        if prints:
+            self.storage.put(self.storage.join(staging, FINGERPRINTS_NAME), prints)
         crashpoint("precommit.before_manifest")
         self.storage.put(self.storage.join(staging, MANIFEST_NAME), data)
         log.info("pre-committed %s: %d files, %d bytes, digest %s", txn.txn_id,

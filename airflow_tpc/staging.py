@@ -9,16 +9,21 @@ refused — with directory-rename promotion an unlisted file would be published.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from .errors import ManifestError
-from .manifest import MANIFEST_NAME, FileEntry, Manifest, check_relative_path
+from .manifest import MANIFEST_NAME, FileEntry, Manifest, canonical_json, check_relative_path
 from .storage import ObjectInfo, Storage
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
+#: Sealed beside the manifest on stores without native checksums (its digest is in
+#: the manifest): each staged file's status at pre-commit, for cheap verification.
+FINGERPRINTS_NAME = "_tpc_fingerprints.json"
 #: Threads that hash staged files.  hashlib and file reads release the GIL, so a
 #: few threads overlap I/O and hashing of the large files Spark writes.
 HASH_THREADS = 8
@@ -97,12 +102,29 @@ def checksum_for(storage: Storage, info: ObjectInfo, algo: str = "sha256") -> st
     return f"{algo}:{storage.checksum(info.path, algo)}"
 
 
+def fingerprints_doc(staged: dict[str, ObjectInfo]) -> bytes | None:
+    """The ``_tpc_fingerprints.json`` sealed beside a manifest: each staged file's status
+    at pre-commit (None where the store has none: it lists ETags instead)."""
+    prints = {rel: info.fingerprint for rel, info in staged.items()}
+    if not prints or any(p is None for p in prints.values()):
+        return None
+    return canonical_json({"format": "airflow-tpc-fingerprints", "version": 1,
+                           "files": prints})
+
+
+def digest_bytes(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
 def verify_against_storage(storage: Storage, staging: str, manifest: Manifest,
-                           verify: str = "checksum") -> None:
+                           verify: str = "fingerprint") -> None:
     """Refuse a manifest whose files are not exactly what staging holds.
 
-    ``verify="checksum"`` re-checks every checksum (ETags come free with the
-    listing on S3; local files are re-hashed); ``"size"`` trusts sizes only.
+    Always: no file missing, none unlisted, sizes equal.  Then by ``verify``:
+    ``"fingerprint"`` compares ETags where the listing has them (S3), else each
+    file's status with the one sealed at pre-commit (a same-size rewrite moves the
+    inode or the ctime), falling back to re-hashing if no fingerprints were
+    sealed; ``"checksum"`` re-hashes every local file; ``"size"`` stops here.
     """
     staged = list_staged(storage, staging)
     listed = {f.path: f for f in manifest.files}
@@ -119,8 +141,30 @@ def verify_against_storage(storage: Storage, staging: str, manifest: Manifest,
         if info.size != entry.size:
             raise ManifestError(f"{rel!r} is {info.size} bytes in storage but the manifest says "
                                 f"{entry.size}")
-    if verify == "checksum":
+    if verify == "fingerprint" and storage.native_checksum is None:
+        prints = _sealed_fingerprints(storage, staging, manifest)
+        if prints is not None:
+            # Only files whose status moved are read: a restored copy with the sealed
+            # bytes passes, a rewrite does not.
+            moved = [e for e in manifest.files if staged[e.path].fingerprint != prints.get(e.path)]
+            on_threads(lambda e: _check_checksum(storage, staged[e.path], e), moved)
+            return
+        verify = "checksum"  # nothing sealed to compare with: read the bytes
+    if verify in ("checksum", "fingerprint"):
         on_threads(lambda e: _check_checksum(storage, staged[e.path], e), manifest.files)
+
+
+def _sealed_fingerprints(storage: Storage, staging: str,
+                         manifest: Manifest) -> dict[str, str] | None:
+    """The fingerprints sealed with ``manifest``, if any and if they are its own."""
+    if not manifest.fingerprints:
+        return None
+    raw = storage.read_bytes(storage.join(staging, FINGERPRINTS_NAME))
+    if raw is None or digest_bytes(raw) != manifest.fingerprints:
+        raise ManifestError(f"the file fingerprints sealed with the manifest "
+                            f"({FINGERPRINTS_NAME}) are missing or changed after pre-commit")
+    files = json.loads(raw).get("files")
+    return files if isinstance(files, dict) else None
 
 
 def _check_checksum(storage: Storage, info: ObjectInfo, entry: FileEntry) -> None:

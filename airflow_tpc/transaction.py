@@ -41,6 +41,7 @@ class DeliveryGuarantee(str, enum.Enum):
 
 
 PROMOTION_MODES = ("move", "manifest")
+VERIFY_MODES = ("fingerprint", "checksum", "size")
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,11 @@ class SinkConfig:
     promotion: "move" publishes files under ``<target>/epoch=<E>/`` (a directory
         swap locally, parallel server-side copies on S3); "manifest" publishes the
         list only and leaves files where they were staged (zero copy).
-    verify: "checksum" re-checks every file at commit; "size" only sizes.
+    verify: how commit (and every roll-forward) checks that staging is still what
+        was sealed.  "fingerprint" (default): ETags where the store lists them (S3),
+        else the file status recorded at pre-commit (device, inode, size, mtime,
+        ctime) — catches a same-size rewrite without reading a byte; "checksum":
+        re-hash every file (the explicit, slow option); "size": sizes only.
     allow_foreign_namespace: let this namespace write a target claimed by another.
     staging_root: staging somewhere else on the same store (default
         ``<target>/_tpc/staging``).
@@ -63,7 +68,7 @@ class SinkConfig:
     timeout_s: float = DEFAULT_TIMEOUT_S
     warn_fraction: float = 0.8
     promotion: str = "move"
-    verify: str = "checksum"
+    verify: str = "fingerprint"
     allow_foreign_namespace: bool = False
     copy_workers: int = 16
     staging_root: str | None = None
@@ -71,8 +76,8 @@ class SinkConfig:
     def __post_init__(self) -> None:
         if self.promotion not in PROMOTION_MODES:
             raise TpcError(f"promotion must be one of {PROMOTION_MODES}, not {self.promotion!r}")
-        if self.verify not in ("checksum", "size"):
-            raise TpcError(f"verify must be 'checksum' or 'size', not {self.verify!r}")
+        if self.verify not in VERIFY_MODES:
+            raise TpcError(f"verify must be one of {VERIFY_MODES}, not {self.verify!r}")
         if not self.timeout_s > 0:
             raise TpcError("timeout_s must be positive")
         if not 0 < self.warn_fraction <= 1:

@@ -32,6 +32,10 @@ class ObjectInfo:
     #: Hard links to the file (``st_nlink``); more than one means the bytes are
     #: shared with a path outside staging.  Object stores have exactly one.
     links: int = 1
+    #: What changes whenever the content may have (locally device, inode, size,
+    #: mtime and ctime in ns: a rewrite, even one that restores the mtime, moves
+    #: the ctime); None where the store has none (an ETag serves instead).
+    fingerprint: str | None = None
 
 
 class Storage(ABC):

@@ -104,7 +104,10 @@ class LocalStorage(Storage):
                         st = entry.stat(follow_symlinks=False)
                     except FileNotFoundError:
                         continue
-                    out.append(ObjectInfo(entry.path, st.st_size, None, link, st.st_nlink))
+                    out.append(ObjectInfo(
+                        entry.path, st.st_size, None, link, st.st_nlink,
+                        f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:"
+                        f"{st.st_ctime_ns}"))
         return out
 
     def list_dirs(self, prefix: str) -> list[str]:

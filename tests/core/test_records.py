@@ -4,10 +4,11 @@ that costs no reads, one state derivation."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
-from airflow_tpc import Sink, SinkConfig, TxnState
+from airflow_tpc import Sink, SinkConfig, TpcError, TxnState
 from airflow_tpc.faults import InjectedCrash, armed
 from airflow_tpc.ledger import CLOSED, DECISION
 from airflow_tpc.records import CommitDecision, derive_state, needs_finishing
@@ -178,3 +179,51 @@ def test_poll_answers_what_a_sensor_needs_cheaply(tmp_path):
     assert sink.poll(txn).highest_attempt == 2  # fenced
     sink.abort(txn, reason="given up")
     assert (sink.poll(txn).state, sink.poll(txn).reason) == (TxnState.ABORTED, "given up")
+
+
+def _counting_hashes(sink):
+    calls = []
+    real = sink.storage.checksum
+
+    def counted(path, algo):
+        calls.append(path)
+        return real(path, algo)
+
+    sink.storage.checksum = counted  # an instance attribute: the real method still runs
+    return calls
+
+
+@pytest.mark.parametrize("when", ["commit", "roll-forward"])
+def test_default_verification_catches_a_same_size_rewrite_without_reading(tmp_path, when):
+    sink = Sink(str(tmp_path / "t"), "records")
+    txn, manifest = stage(sink, "1", {"a.parquet": b"good", "b.parquet": b"fine"})
+    assert manifest.fingerprints  # sealed beside the manifest
+    staged = sink.storage.join(sink.layout.staging("1", 1), "a.parquet")
+    if when == "roll-forward":
+        with armed("commit.after_decision"), pytest.raises(InjectedCrash):
+            sink.commit(txn)
+    before = os.stat(staged)
+    with open(staged, "r+b") as fh:  # same size, then the old mtime put back
+        fh.write(b"EVIL")
+    os.utime(staged, ns=(before.st_atime_ns, before.st_mtime_ns))
+    hashes = _counting_hashes(sink)
+    with pytest.raises(TpcError, match="altered after pre-commit"):
+        sink.commit(txn) if when == "commit" else sink.recover()
+    assert hashes == [staged] and committed_contents(sink) == {}  # only the moved file read
+
+
+def test_untouched_staging_commits_without_reading_a_byte(tmp_path):
+    sink = Sink(str(tmp_path / "t"), "records")
+    txn, manifest = stage(sink, "1", {f"f{i}.parquet": b"x" * i for i in range(1, 20)})
+    hashes = _counting_hashes(sink)
+    assert sink.commit(txn, expected_digest=manifest.digest).outcome == "committed"
+    assert hashes == []
+    assert len(committed_contents(sink)["1"]) == 19
+
+
+def test_explicit_checksum_mode_rehashes(tmp_path):
+    sink = Sink(str(tmp_path / "t"), "records", config=SinkConfig(verify="checksum"))
+    txn, _ = stage(sink, "1", {"a.parquet": b"a", "b.parquet": b"b"})
+    hashes = _counting_hashes(sink)
+    sink.commit(txn)
+    assert len(hashes) == 2
