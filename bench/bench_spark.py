@@ -7,7 +7,7 @@ For each row count, in one Spark session (local[2]), repeated and interleaved
 
 - plain:        ``df.write.parquet(<final dir>)`` — no guarantee at all;
 - native-eo:    begin, ``df.write.parquet(txn.output_uri)`` into staging,
-                ``txn.precommit()``, ``sink.commit()`` (default verify="checksum");
+                ``txn.precommit()``, ``sink.commit()`` (default settings);
 - native-eo-size: the same with ``SinkConfig(verify="size")`` (commit trusts sizes);
 - tpc-source:   begin, ``write_tpc`` (fsspec Parquet from executors, MD5 while
                 writing, pre-commit in ``commit()``), ``sink.commit()``.
@@ -259,7 +259,8 @@ def report(results: dict[int, dict[str, list[dict[str, float]]]], reps: int,
         "",
         "- **plain** — `df.write.parquet(final_dir)`: no isolation, no exactly-once.",
         "- **native-eo** — begin + native write into staging + `txn.precommit()` (hashes the "
-        "files on threads) + `sink.commit()` (re-verifies checksums, then one directory swap).",
+        "files on threads) + `sink.commit()` with default settings (verify=\"" +
+        str(getattr(SinkConfig(), "verify", "?")) + "\"; then one directory swap).",
         "- **native-eo-size** — the same with `SinkConfig(verify=\"size\")`: the commit trusts "
         "the sizes recorded at pre-commit instead of re-hashing.",
         "- **tpc-source** — the `tpc` Python data source (fsspec Parquet from executors, "

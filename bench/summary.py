@@ -277,9 +277,9 @@ def target_lines(spark: dict[str, Any], summ: dict[int, dict[str, dict[str, floa
         f"- **Job side — {job_ok}.** What the Spark job itself pays "
         "(under Airflow `begin` runs in the submit task and `commit` in the commit task, "
         f"outside the job): `txn.precommit()` adds, in % of the plain write's time, {job}.",
-        f"- **Whole protocol, default `verify=\"checksum\"` — "
+        f"- **Whole protocol, default settings — "
         f"{prot_ok}**: begin + pre-commit + commit add {prot}. "
-        "The commit re-hashes every byte it promotes, a cost that grows with the data.",
+        "(What the default verification costs at commit: see the phase table of bench-spark.md.)",
         f"- **Whole protocol, `verify=\"size\"` — {size_ok}** "
         f"(the commit trusts the sizes sealed at pre-commit): {size}.",
         f"- **End to end, paired ratio native-eo / plain — {e2e_ok}**: {e2e}." +
