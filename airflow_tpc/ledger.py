@@ -220,14 +220,21 @@ class Ledger:
 
     def create_or_get(self, epoch: str, attempt: int, kind: str,
                       doc: dict[str, Any]) -> tuple[bool, Record]:
-        """Write a record once; returns (True, it) or (False, the record already there)."""
+        """Write a record once; returns (True, it) or (False, the record already there).
+
+        An existing record byte-identical to ours counts as created by this call: our
+        own request took effect and its answer was lost, so the SDK's retry found it.
+        """
         path = self.layout.record(epoch, attempt, kind)
-        if self.storage.put_if_absent(path, self.encode(doc)):
+        data = self.encode(doc)
+        if self.storage.put_if_absent(path, data):
             return True, self._parse(epoch, attempt, kind, doc)
-        existing = self.read(epoch, attempt, kind)
-        if existing is None:  # only if someone deletes ledger records
+        raw = self.storage.read_bytes(path)
+        if raw is None:  # only if someone deletes ledger records
             raise LedgerError(f"{self.storage.uri(path)} vanished after a conflicting write")
-        return False, existing
+        existing = self._parse(epoch, attempt, kind, self.decode(
+            path, raw, MAX_DECISION_BYTES if kind == DECISION else MAX_RECORD_BYTES))
+        return raw == data, existing
 
     def scan(self, epoch: str | None = None) -> dict[str, dict[int, AttemptRecords]]:
         """One recursive listing: epoch -> attempt -> which records exist."""
