@@ -819,6 +819,11 @@ class Sink:
                             seen or "none")
                 rec.kinds.discard(PUBLISHED)
             if attempt == seen and DECISION not in rec.kinds:
+                decision = self.ledger.read(epoch, attempt, DECISION)
+                if decision is not None:  # decided after our listing (a live committer)
+                    rec.kinds.add(DECISION)
+                    rec.docs[DECISION] = decision
+                    continue
                 raise LedgerError(
                     f"epoch {epoch}: readers see attempt {attempt}, but its decision record "
                     f"{self.storage.uri(self.layout.record(epoch, attempt, DECISION))} is "
