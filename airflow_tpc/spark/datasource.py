@@ -349,7 +349,7 @@ class TpcReader(DataSourceReader):
         return [InputPartition(part) for part in self.parts]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        from .readers import read_part
+        from .committed import read_part
 
         if partition is None or partition.value is None:
             return  # nothing committed: Spark still runs one task with no partition value
@@ -385,7 +385,7 @@ class TpcDataSource(DataSource):
 
     # -- reading ---------------------------------------------------------------
     def _read_plan(self) -> tuple[list[tuple[str, str, str]], Any, dict[str, Any]]:
-        from .readers import arrow_schema_of, committed_parts
+        from .committed import arrow_schema_of, committed_parts
 
         cached = getattr(self, "_plan", None)
         if cached is not None:

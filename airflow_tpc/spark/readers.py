@@ -16,43 +16,15 @@ using the file list from ``Sink.committed_files()``.
 from __future__ import annotations
 
 import logging
-import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 from ..errors import TpcError
-from ..sink import Sink
 from ..staging import list_staged
-from .context import _credentials_from_env
+from .committed import fsspec_options, group_by_base, reader_sink
 
 log = logging.getLogger("airflow_tpc.spark")
 
-_ATTEMPT_BASE = re.compile(r"^(?P<base>.*/attempt=\d{6,})/")
-_READER_NAMESPACE = "airflow-tpc-reader"  # reading never claims a target: any name works
-
-
-def _sink(target: str, storage_options: dict[str, Any] | None) -> Sink:
-    options = storage_options
-    if target.startswith(("s3://", "s3a://")):
-        options = {**_credentials_from_env(), **(storage_options or {})}
-    return Sink(target, _READER_NAMESPACE, storage_options=options)
-
-
-def _base_of(uri: str, epoch_dir: str) -> str:
-    """The directory partition discovery starts from, for one published file."""
-    if uri.startswith(epoch_dir.rstrip("/") + "/"):
-        return epoch_dir.rstrip("/")
-    m = _ATTEMPT_BASE.match(uri)  # "manifest" promotion: files stay in staging
-    if not m:
-        raise TpcError(f"cannot tell the partition base of published file {uri}")
-    return m.group("base")
-
-
-def _group(uris: Iterable[str], epoch_dir: str) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for uri in uris:
-        out.setdefault(_base_of(uri, epoch_dir), []).append(uri)
-    return out
 
 
 def _read_spark(spark: Any, fmt: str, base: str, files: list[str], options: dict[str, str]
@@ -66,7 +38,7 @@ def _read_arrow(spark: Any, fmt: str, base: str, files: list[str],
     import fsspec
     import pyarrow.dataset as ds
 
-    opts = _fsspec_opts(storage_options)
+    opts = fsspec_options(storage_options)
     fs, root = fsspec.core.url_to_fs(base, use_listings_cache=False, **opts)
     paths = [fsspec.core.url_to_fs(u, **opts)[1] for u in files]
     dataset = ds.dataset(paths, format=fmt, filesystem=fs,
@@ -141,11 +113,11 @@ def read_committed(spark: Any, target: str, *, epochs: Iterable[str] | None = No
             if (storage_options or {}).get(key):
                 reader = reader.option(key, storage_options[key])
         return reader.load()
-    sink = _sink(target, storage_options)
+    sink = reader_sink(target, storage_options)
     committed = sink.committed_files(epochs)
     groups = []
     for epoch, uris in committed.items():
-        for base, files in _group(uris, sink.output_uri(epoch)).items():
+        for base, files in group_by_base(uris, sink.output_uri(epoch)).items():
             groups.append((base, files, {"epoch": epoch}))
     log.info("read_committed %s: %d epoch(s), %d file(s)", sink.target, len(committed),
              sum(len(v) for v in committed.values()))
@@ -166,13 +138,13 @@ def read_uncommitted(spark: Any, target: str, *, epochs: Iterable[str] | None = 
     """
     log.warning("read_uncommitted(%s): the result includes UNCOMMITTED, possibly partial or "
                 "discarded data; use it for debugging only", target)
-    sink = _sink(target, storage_options)
+    sink = reader_sink(target, storage_options)
     wanted = None if epochs is None else {str(e) for e in epochs}
     groups = []
     committed = sink.committed_files(wanted)
     published_bases = set()
     for epoch, uris in committed.items():
-        for base, files in _group(uris, sink.output_uri(epoch)).items():
+        for base, files in group_by_base(uris, sink.output_uri(epoch)).items():
             published_bases.add(base)
             groups.append((base, files, {"epoch": epoch, "attempt": None,
                                          "tpc_state": "published"}))
@@ -191,102 +163,3 @@ def read_uncommitted(spark: Any, target: str, *, epochs: Iterable[str] | None = 
                                      "tpc_state": str(info.state)}))
     return _read_groups(spark, format, groups, target, storage_options, options or {},
                         None)
-
-
-# --------------------------------------------------------------------------
-# Distributed read-committed for stores Spark cannot read (S3 without s3a):
-# the ``tpc`` data source's reader.  The driver lists the committed files (from
-# the published markers) and reads their Parquet footers; executors read the
-# files through fsspec and add the partition and ``epoch`` columns.
-
-
-def _unescape(value: str) -> str | None:
-    from urllib.parse import unquote
-
-    from .context import HIVE_NULL
-
-    return None if value == HIVE_NULL else unquote(value)
-
-
-def _partition_values(uri: str, base: str) -> list[tuple[str, str | None]]:
-    rel = uri[len(base):].strip("/").split("/")[:-1]
-    out = []
-    for part in rel:
-        name, eq, value = part.partition("=")
-        if eq:
-            out.append((name, _unescape(value)))
-    return out
-
-
-def committed_parts(target: str, epochs: Iterable[str] | None,
-                    storage_options: dict[str, Any] | None) -> list[tuple[str, str, str]]:
-    """(epoch, partition base, file URI) of every committed file, oldest epoch first."""
-    sink = _sink(target, storage_options)
-    out = []
-    for epoch, uris in sink.committed_files(epochs).items():
-        for base, files in _group(uris, sink.output_uri(epoch)).items():
-            out += [(epoch, base, uri) for uri in sorted(files)]
-    return out
-
-
-def _fsspec_opts(storage_options: dict[str, Any] | None) -> dict[str, Any]:
-    so = {**_credentials_from_env(), **(storage_options or {})}
-    opts: dict[str, Any] = {k: so[k] for k in ("key", "secret", "token", "endpoint_url")
-                            if so.get(k)}
-    if so.get("region_name"):
-        opts["client_kwargs"] = {"region_name": so["region_name"]}
-    return opts
-
-
-def arrow_schema_of(parts: list[tuple[str, str, str]],
-                    storage_options: dict[str, Any] | None) -> Any:
-    """Unified schema of the files' footers + string partition columns + ``epoch``."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    import fsspec
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    opts = _fsspec_opts(storage_options)
-
-    def footer(uri: str) -> Any:
-        fs, path = fsspec.core.url_to_fs(uri, **opts)
-        with fs.open(path, "rb") as fh:
-            return pq.read_schema(fh)
-
-    with ThreadPoolExecutor(max_workers=max(1, min(16, len(parts)))) as pool:
-        schemas = list(pool.map(footer, [uri for _, _, uri in parts]))
-    schema = pa.unify_schemas(schemas) if schemas else pa.schema([])
-    names = set(schema.names)
-    for _, base, uri in parts:
-        for col, _ in _partition_values(uri, base):
-            if col not in names:
-                schema = schema.append(pa.field(col, pa.string()))
-                names.add(col)
-    if "epoch" not in names:
-        schema = schema.append(pa.field("epoch", pa.string(), nullable=False))
-    return schema
-
-
-def read_part(part: tuple[str, str, str], arrow_schema: Any,
-              storage_options: dict[str, Any] | None) -> Iterator[Any]:
-    """Record batches of one committed file, shaped to ``arrow_schema``."""
-    import fsspec
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    epoch, base, uri = part
-    fs, path = fsspec.core.url_to_fs(uri, **_fsspec_opts(storage_options))
-    with fs.open(path, "rb") as fh:
-        table = pq.read_table(fh)
-    constants = dict(_partition_values(uri, base))
-    constants["epoch"] = epoch
-    columns = []
-    for f in arrow_schema:
-        if f.name in table.column_names:
-            columns.append(table[f.name].cast(f.type))
-        elif f.name in constants:
-            columns.append(pa.array([constants[f.name]] * table.num_rows, f.type))
-        else:  # a column later epochs added: null here
-            columns.append(pa.nulls(table.num_rows, f.type))
-    yield from pa.Table.from_arrays(columns, schema=arrow_schema).to_batches()

@@ -24,6 +24,7 @@ import block_imports
 block_imports.install()
 sys.path.insert(0, sys.argv[1])
 import airflow_tpc, airflow_tpc.spark, airflow_tpc.spark.datasource, airflow_tpc.spark.readers
+import airflow_tpc.spark.committed
 assert airflow_tpc.__file__.startswith(sys.argv[1]), airflow_tpc.__file__
 from airflow_tpc import Sink
 from airflow_tpc.spark import JobTransaction, build_payload
