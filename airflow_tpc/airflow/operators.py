@@ -82,14 +82,14 @@ def job_payload(txn: Transaction, *, guarantee: str, promotion: str,
                 public_storage: dict[str, Any], credentials_file: str | None = None) -> str:
     """The JSON for ``spark.airflow_tpc.txn``: the transaction, never a credential.
 
-    ``credentials_file`` is the *name* (not the content) of the file shipped with
-    ``--files`` that holds the job's credentials (see ``job_credentials``).
+    Defined once, by the job side that parses it
+    (:func:`airflow_tpc.spark.context.build_payload`); ``credentials_file`` is the
+    *name* (not the content) of the file shipped with ``--files`` (``job_credentials``).
     """
-    doc = {**txn.to_dict(), "guarantee": str(guarantee), "promotion": promotion,
-           "storage": public_storage}
-    if credentials_file:
-        doc["credentials_file"] = credentials_file
-    return json.dumps(doc, sort_keys=True)
+    from airflow_tpc.spark.context import build_payload
+
+    return build_payload(txn, guarantee=guarantee, promotion=promotion,
+                         storage_options=public_storage, credentials_file=credentials_file)
 
 
 # -- handing credentials to spark-submit, never on its command line ------------------------
