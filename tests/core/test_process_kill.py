@@ -38,6 +38,11 @@ def _run_and_kill(tmp_path, store, txn, verb, step):
     env = dict(os.environ, AIRFLOW_TPC_PAUSE_AT=step, AIRFLOW_TPC_PAUSE_FLAG=str(flag))
     proc = subprocess.Popen([sys.executable, "-c", CHILD, store[0], json.dumps(store[1]),
                              txn.epoch, str(txn.attempt), verb], env=env)
+    kill_when_paused(proc, flag, step)
+
+
+def kill_when_paused(proc: subprocess.Popen, flag, step: str) -> None:
+    """SIGKILL ``proc`` once it has written ``flag`` (paused at ``step``)."""
     deadline = time.time() + 600  # a busy 2-core machine: slow, not failed
     while not flag.exists():
         assert proc.poll() is None, f"child exited ({proc.returncode}) before reaching {step}"

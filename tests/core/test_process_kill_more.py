@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
@@ -28,6 +26,7 @@ from airflow_tpc import Sink, SinkConfig, TxnState
 from ..conftest import make_store
 from .helpers import assert_invariant, committed_contents, stage, write_staged
 from .test_crashpoints import ABORT_STEPS, COMMIT_STEPS
+from .test_process_kill import kill_when_paused
 
 CHILD = textwrap.dedent("""
     import json, sys
@@ -56,13 +55,7 @@ def _run_and_kill(tmp_path, store, verb, step, *, txn=None, config=None):
     env = dict(os.environ, AIRFLOW_TPC_PAUSE_AT=step, AIRFLOW_TPC_PAUSE_FLAG=str(flag))
     proc = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(spec)], env=env)
     try:
-        deadline = time.time() + 120
-        while not flag.exists():
-            assert proc.poll() is None, f"child exited ({proc.returncode}) before reaching {step}"
-            assert time.time() < deadline, f"child never reached {step}"
-            time.sleep(0.02)
-        os.kill(proc.pid, signal.SIGKILL)
-        assert proc.wait() == -signal.SIGKILL
+        kill_when_paused(proc, flag, step)
     finally:
         if proc.poll() is None:  # a failed assertion above: do not leave it sleeping
             proc.kill()
