@@ -540,12 +540,11 @@ class Sink:
         """Remove the staging of an attempt aborted earlier.  If it still holds a sealed
         manifest (an abort whose cleanup died, or a damaged ledger), say so: pre-committed
         data is never thrown away without a WARNING naming it."""
-        if self.storage.list(self.layout.staging(epoch, attempt)):
-            sealed = self._discarded(epoch, attempt)
-            if sealed:
-                log.warning("DISCARDING %s/%s/%d, PRE-COMMITTED %s: it was aborted earlier "
-                            "(%s). That output is never published.", self.namespace, epoch,
-                            attempt, sealed, decision.reason)
+        sealed = self._discarded(epoch, attempt)  # "" when nothing sealed is left
+        if sealed:
+            log.warning("DISCARDING %s/%s/%d, PRE-COMMITTED %s: it was aborted earlier "
+                        "(%s). That output is never published.", self.namespace, epoch,
+                        attempt, sealed, decision.reason)
         if best_effort:
             return self._clean_staging(epoch, attempt)
         self.layout.remove_staging(epoch, attempt)
