@@ -10,7 +10,20 @@ from .base import ObjectInfo, Storage
 from .local import LocalStorage
 from .s3 import S3Storage
 
-__all__ = ["ObjectInfo", "Storage", "LocalStorage", "S3Storage", "open_storage"]
+__all__ = ["ObjectInfo", "Storage", "LocalStorage", "S3Storage", "open_storage", "storage_class"]
+
+
+def storage_class(uri: str) -> type[Storage]:
+    """The store class a target URI names, to ask its capabilities (``takes_credentials``,
+    ``spark_native``, ``spark_uri``...) without building a store or checking the URI;
+    :func:`open_storage` does both."""
+    scheme = urlparse(uri).scheme.lower() if isinstance(uri, str) else ""
+    if scheme in ("s3", "s3a"):
+        return S3Storage
+    if scheme in ("", "file"):
+        return LocalStorage
+    raise UnsupportedStorage(f"{scheme}:// has no backend in airflow-tpc (supported: local "
+                             "paths/file:// and s3://)")
 
 
 def open_storage(uri: str, options: dict[str, Any] | None = None,

@@ -52,6 +52,28 @@ class Storage(ABC):
     #: False only for stores that cannot hold symbolic or hard links (object stores).
     #: A store that can must implement :meth:`check_real_dirs`; the default refuses.
     has_links: bool = True
+    #: True when the store needs credentials (storage options, a connection, the
+    #: environment) to be reached; a local disk needs none.
+    takes_credentials: bool = False
+    #: True when Spark as shipped (no extra connector jars) reads and writes the
+    #: store natively; otherwise the ``tpc`` data source or pyarrow reaches it.
+    spark_native: bool = True
+
+    # -- naming (class methods: asked of a URI before any store is built) ------
+    @classmethod
+    def spark_uri(cls, uri: str) -> str:
+        """``uri`` spelled the way Spark's (Hadoop's) file systems name this store."""
+        return uri
+
+    @classmethod
+    def lineage_name(cls, uri: str) -> tuple[str, str]:
+        """OpenLineage (namespace, name) of a dataset at ``uri``, per its naming spec."""
+        raise NotImplementedError(f"{cls.__name__} has no OpenLineage naming")
+
+    @classmethod
+    def browser_url(cls, uri: str) -> str | None:
+        """An http(s) URL a person can open for ``uri``, or None if the store has none."""
+        return None
 
     # -- naming ---------------------------------------------------------------
     @abstractmethod

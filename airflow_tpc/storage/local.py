@@ -64,6 +64,10 @@ class LocalStorage(Storage):
     scheme = "file"
     atomic_dir_rename = True
 
+    @classmethod
+    def lineage_name(cls, uri: str) -> tuple[str, str]:
+        return "file", uri.removeprefix("file://")
+
     def uri(self, path: str) -> str:
         return f"file://{path}"
 

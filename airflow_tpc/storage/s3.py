@@ -134,6 +134,22 @@ class S3Storage(Storage):
     has_links = False  # keys are not links: nothing below a prefix leads elsewhere
     server_side_copy = True
     native_checksum = "etag"
+    takes_credentials = True
+    spark_native = False  # pyspark ships no hadoop-aws: s3a:// needs jars on the cluster
+
+    @classmethod
+    def spark_uri(cls, uri: str) -> str:
+        return "s3a://" + uri.split("://", 1)[1] if "://" in uri else uri
+
+    @classmethod
+    def lineage_name(cls, uri: str) -> tuple[str, str]:
+        bucket, _, key = uri.split("://", 1)[1].partition("/")
+        return f"s3://{bucket}", key.strip("/") or "/"
+
+    @classmethod
+    def browser_url(cls, uri: str) -> str | None:
+        bucket, _, key = uri.split("://", 1)[1].partition("/")
+        return f"https://{bucket}.s3.amazonaws.com/{key}"
 
     def __init__(self, options: dict[str, Any] | None = None, *, copy_workers: int = 16,
                  multipart_threshold: int = MULTIPART_COPY_THRESHOLD,
