@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import TpcError
 from ..sink import Sink
+from ..storage import storage_class
 from .context import _credentials_from_env
 
 _ATTEMPT_BASE = re.compile(r"^(?P<base>.*/attempt=\d{6,})/")
@@ -20,8 +21,15 @@ _READER_NAMESPACE = "airflow-tpc-reader"  # reading never claims a target: any n
 
 
 def reader_sink(target: str, storage_options: dict[str, Any] | None) -> Sink:
+    """A core sink to read ``target``'s published markers with.
+
+    A store that takes credentials (S3) also gets the job's environment credentials
+    (explicit ``storage_options`` win); whether it does is asked of the store class,
+    never read off the URI.  An unsupported store is refused here
+    (:class:`~airflow_tpc.errors.UnsupportedStorage`), as the sink would refuse it.
+    """
     options = storage_options
-    if target.startswith(("s3://", "s3a://")):
+    if storage_class(target).takes_credentials:
         options = {**_credentials_from_env(), **(storage_options or {})}
     return Sink(target, _READER_NAMESPACE, storage_options=options)
 

@@ -31,6 +31,7 @@ from ..errors import FencedError, InvalidState, TpcError
 from ..manifest import Manifest
 from ..sink import Sink
 from ..staging import list_staged
+from ..storage import storage_class
 from ..storage.s3 import check_endpoint_url, public_s3_options
 from ..transaction import DeliveryGuarantee, SinkConfig, Transaction
 
@@ -224,16 +225,22 @@ class JobTransaction:
     def output_uri(self) -> str:
         """Where the job writes: staging for EXACTLY_ONCE, the epoch's output otherwise.
 
-        S3 locations are spelled ``s3a://`` — the scheme Spark's native writers need
-        (with hadoop-aws on the cluster); fsspec, and so the ``tpc`` data source,
-        reads it as ``s3://``.
+        Spelled the way Spark's (Hadoop's) file systems name the store, as the store
+        class says (``spark_uri``): S3 as ``s3a://``, the scheme Spark's native writers
+        need (with hadoop-aws on the cluster); fsspec, and so the ``tpc`` data source,
+        reads it as ``s3://``.  Asked of the store, not read off the URI, so a new
+        backend names its own Spark spelling.
         """
         uri = self.txn.staging_uri if self.transactional else self.sink().output_uri(self.epoch)
-        return "s3a://" + uri[len("s3://"):] if uri.startswith("s3://") else uri
+        return storage_class(uri).spark_uri(uri)
 
     def storage_options(self) -> dict[str, Any]:
-        """Options for fsspec/the core on this process: public ones + env credentials."""
-        if not self.target.startswith(("s3://", "s3a://")):
+        """Options for fsspec/the core on this process: public ones + credentials.
+
+        Only a store that takes credentials (``takes_credentials``, e.g. S3) gets any:
+        a local disk needs none, and must not be handed keys meant for another store.
+        """
+        if not storage_class(self.target).takes_credentials:
             return {}
         from_file = _credentials_from_file(self.credentials_file) if self.credentials_file else {}
         if from_file:
@@ -241,15 +248,21 @@ class JobTransaction:
         return {**self.storage, **_credentials_from_env(), **self.credentials}
 
     def fsspec_options(self) -> dict[str, Any]:
-        """The same options spelled the way ``s3fs.S3FileSystem`` wants them."""
+        """The same options spelled the way ``s3fs.S3FileSystem`` wants them.
+
+        A store that takes no credentials (a local disk) gets none: fsspec's local
+        file system needs no options and keeps no listing cache.
+        """
+        if not storage_class(self.target).takes_credentials:
+            return {}
         opts = self.storage_options()
         out: dict[str, Any] = {k: opts[k] for k in ("key", "secret", "token", "endpoint_url")
                                if k in opts}
         if "region_name" in opts:
             out["client_kwargs"] = {"region_name": opts["region_name"]}
-        if self.target.startswith(("s3://", "s3a://")):
-            # a stale listing would hide a file from commit(); never cache one
-            out.update(use_listings_cache=False, skip_instance_cache=True)
+        # a remote store's client caches listings: a stale one would hide a file from
+        # commit(); never cache one
+        out.update(use_listings_cache=False, skip_instance_cache=True)
         return out
 
     # -- (de)serialisation ---------------------------------------------------

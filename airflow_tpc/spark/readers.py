@@ -6,11 +6,11 @@ ledger's published markers list them (``Sink.committed_files``) — never a stag
 aborted or superseded attempt, and never a file that merely sits in an epoch
 directory.  Each row gets an ``epoch`` column (a string, as the ledger spells it).
 
-Local targets are read by Spark itself (distributed).  S3 targets cannot be, as
-pyspark ships no ``s3a://`` connector here, so their files are read on the
-driver with pyarrow/fsspec and handed to ``spark.createDataFrame``: fine for
-what fits in the driver's memory; for more, read with an s3a-enabled Spark
-using the file list from ``Sink.committed_files()``.
+Targets on a store Spark reaches as shipped (the store class says so:
+``spark_native``; local disks) are read by Spark itself, distributed.  Others
+(S3: pyspark ships no ``s3a://`` connector here) are read on the executors by the
+``tpc`` data source's reader (Parquet), or on the driver with pyarrow/fsspec and
+handed to ``spark.createDataFrame``: fine for what fits in the driver's memory.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import TpcError
 from ..staging import list_staged
+from ..storage import storage_class
 from .committed import fsspec_options, group_by_base, reader_sink
 
 log = logging.getLogger("airflow_tpc.spark")
@@ -52,7 +53,8 @@ def _read_groups(spark: Any, fmt: str, groups: list[tuple[str, list[str], dict[s
                  options: dict[str, str], schema: Any) -> Any:
     from pyspark.sql import functions as F
 
-    remote = target.startswith(("s3://", "s3a://"))
+    # a store Spark as shipped cannot reach (S3 without hadoop-aws) is read with pyarrow
+    remote = not storage_class(target).spark_native
     frames = []
     for base, files, extra in groups:
         if remote:
@@ -93,7 +95,7 @@ def read_committed(spark: Any, target: str, *, epochs: Iterable[str] | None = No
     on the driver with pyarrow.  Default: distributed for Parquet unless
     ``storage_options`` carries credentials (those must not reach the query plan).
     """
-    remote = target.startswith(("s3://", "s3a://"))
+    remote = not storage_class(target).spark_native  # asked of the store, not the URI
     secrets = sorted(set(storage_options or {}) - {"endpoint_url", "region_name"})
     if distributed is None:
         distributed = remote and format == "parquet" and not secrets
