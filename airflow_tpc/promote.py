@@ -16,7 +16,8 @@ higher attempt:
 - :class:`ManifestOnly` (mode "manifest", any store): the marker lists the
   staged files where they are.
 
-All three share one skeleton (:func:`promote`); table formats plug in here.
+All three share one skeleton (:func:`promote`); table formats plug in here
+(``airflow_tpc.tables``: :func:`strategy_for` asks the layout's table target).
 """
 
 from __future__ import annotations
@@ -139,7 +140,7 @@ def promote(layout: Layout, epoch: str, attempt: int, decision: CommitDecision,
 
 def _promote(layout: Layout, epoch: str, attempt: int, decision: CommitDecision,
              load_manifest: Callable[[], Manifest], staging_verified: bool) -> bool:
-    strategy = strategy_for(layout.storage, decision.mode)
+    strategy = strategy_for(layout.storage, decision.mode, getattr(layout, "table", None))
     staging = layout.check_staging(epoch, attempt)
     dst = layout.check_published(epoch)
     raw, version = layout.storage.read_versioned(layout.marker(epoch))
@@ -261,9 +262,16 @@ class ManifestOnly(Strategy):
         _delete_displaced(layout, epoch, attempt, keep=set())
 
 
-def strategy_for(storage: Any, mode: str) -> Strategy:
+def strategy_for(storage: Any, mode: str, table: Any = None) -> Strategy:
     """The strategy a store's capabilities allow for a promotion mode (asked, not
-    sniffed from the URI); a store that can do neither is refused."""
+    sniffed from the URI); a store that can do neither is refused.
+
+    ``table``: the table target of a table sink (``airflow_tpc.tables``, carried on its
+    layout); its switch is the table format's own atomic commit, whatever the store.
+    """
+    if table is not None:  # --- table targets (issue 11) ---
+        strategy: Strategy = table.strategy()
+        return strategy
     if mode == "manifest":
         return ManifestOnly()
     if storage.atomic_dir_rename:

@@ -1,0 +1,633 @@
+"""Iceberg targets: the commit of an epoch is exactly one Iceberg snapshot.
+
+Declaring a target::
+
+    from airflow_tpc.tables import open_table_sink
+    sink = open_table_sink("iceberg://local/analytics.daily_counts", "daily_counts",
+                           catalog_properties={"type": "sql",
+                                               "uri": "sqlite:////data/catalog.db",
+                                               "warehouse": "file:///data/warehouse"})
+
+``iceberg://<catalog>/<namespace>.<table>`` names a pyiceberg catalog (its
+properties as pyiceberg names them: given here, or from ``~/.pyiceberg.yaml`` /
+``PYICEBERG_CATALOG__<NAME>__*`` as ``load_catalog`` reads them) and a table in
+it.  The result is an ordinary :class:`~airflow_tpc.Sink` (begin, precommit,
+commit, abort, recover, gc) whose target root is the table's location:
+
+    <location>/_tpc/                               ledger and namespace claim, as for folders
+    <location>/data/_tpc_staging/epoch=E/attempt=N/ staging: the job writes Parquet here
+    <location>/epoch=E/_tpc_published.json          marker: what the last airflow-tpc
+                                                    commit of E put in the table
+
+Staging is inside the table's data location because the staged files *become*
+the table's data files (``add_files`` semantics, no copy).  Promotion is forced
+to ``manifest`` mode: the decision's mode says "the staged files are the data".
+
+What one commit does, after the ledger decision (:class:`IcebergSnapshot`):
+one Iceberg transaction with one ``overwrite`` snapshot that removes the data
+files of partition ``epoch=E`` and adds the staged files, carrying
+``airflow-tpc.*`` properties (txn id, manifest digest, epoch, attempt) in its
+summary.  Before committing it looks for the manifest digest in the table's
+snapshots, so a crash after the table commit (before the ledger records it)
+rolls forward to exactly one snapshot; a higher attempt of E found there means
+this lower attempt is never applied.
+
+Requirements on the staged files, checked at pre-commit and again at commit
+before the decision (:meth:`IcebergTarget.check_staged`): Parquet with
+statistics, a string column ``epoch`` holding exactly the epoch's name (the job
+writes it: ``add_files`` infers the identity partition from each file's column
+statistics, so the files must carry it), a schema the table can take.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from ..errors import LedgerError, ManifestError, StorageError, TpcError
+from ..faults import crashpoint
+from ..ledger import Layout, Ledger
+from ..manifest import Manifest
+from ..promote import Strategy, _rel_to_root, _swap_marker
+from ..records import DECISION
+from ..sink import Sink
+from ..staging import list_staged
+from ..transaction import CommitResult, SinkConfig, Transaction
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow as pa
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.table import Table
+
+log = logging.getLogger("airflow_tpc")
+
+#: The partition column: identity-partitioned, one value (the epoch's name) per file.
+EPOCH_COLUMN = "epoch"
+#: Snapshot summary properties written with every epoch commit.
+PROP_TXN_ID = "airflow-tpc.txn-id"
+PROP_DIGEST = "airflow-tpc.manifest-digest"
+PROP_EPOCH = "airflow-tpc.epoch"
+PROP_ATTEMPT = "airflow-tpc.attempt"
+PROP_NAMESPACE = "airflow-tpc.namespace"
+#: Where staging lives below the table location (inside its default data path).
+STAGING_DIR = "data/_tpc_staging"
+#: Optimistic-concurrency retries when another writer commits to the table meanwhile.
+COMMIT_RETRIES = 10
+
+
+class TableSchemaError(ManifestError):
+    """The staged files are not something the table can take (columns named)."""
+
+
+def _need_pyiceberg() -> None:
+    try:
+        import pyiceberg  # noqa: F401
+    except ImportError:  # pragma: no cover - the extra is installed in dev
+        raise TpcError("Iceberg targets need pyiceberg: pip install 'airflow-tpc[tables]'") \
+            from None
+
+
+def _norm(uri: str) -> str:
+    """One spelling per file for comparisons: ``file:///x`` and ``/x`` are the same."""
+    if uri.startswith("file://"):
+        return urlparse(uri).path
+    return uri
+
+
+class IcebergTarget:
+    """One Iceberg table in one catalog: ``iceberg://<catalog>/<namespace>.<table>``.
+
+    ``catalog_properties`` are pyiceberg's catalog properties (``type``, ``uri``,
+    ``warehouse``, ``s3.endpoint`` ...); with none, ``load_catalog`` reads the
+    catalog's configuration from ``~/.pyiceberg.yaml`` or the environment.
+    ``location``: where to create the table if it does not exist (default: the
+    catalog's default location for it).  The catalog is opened on first use.
+    """
+
+    def __init__(self, catalog_name: str, identifier: str,
+                 catalog_properties: dict[str, str] | None = None,
+                 location: str | None = None) -> None:
+        parts = identifier.split(".")
+        if not catalog_name or len(parts) < 2 or not all(parts):
+            raise TpcError(f"invalid Iceberg table {catalog_name!r}/{identifier!r}: use "
+                           "iceberg://<catalog>/<namespace>.<table>")
+        self.catalog_name = catalog_name
+        self.identifier = identifier
+        self.namespace = tuple(parts[:-1])
+        self.catalog_properties = dict(catalog_properties or {})
+        self._location = location.rstrip("/") if location else None
+        self._catalog: Catalog | None = None
+
+    @classmethod
+    def parse(cls, uri: str, catalog_properties: dict[str, str] | None = None,
+              location: str | None = None) -> IcebergTarget:
+        """``iceberg://<catalog>/<namespace>.<table>`` (namespaces may be nested: a.b.t)."""
+        parsed = urlparse(uri)
+        if parsed.scheme != "iceberg" or parsed.query or parsed.fragment:
+            raise TpcError(f"{uri!r} is not an Iceberg target: use "
+                           "iceberg://<catalog>/<namespace>.<table>")
+        return cls(parsed.netloc, parsed.path.strip("/"), catalog_properties, location)
+
+    @property
+    def uri(self) -> str:
+        return f"iceberg://{self.catalog_name}/{self.identifier}"
+
+    def __repr__(self) -> str:
+        return f"IcebergTarget({self.uri!r})"
+
+    # -- the catalog ------------------------------------------------------------
+    def catalog(self) -> Catalog:
+        """The catalog, opened once; failing to reach it is a StorageError (retryable,
+        and a roll-forward keeps its decision), never a driver's traceback."""
+        if self._catalog is None:
+            _need_pyiceberg()
+            from pyiceberg.catalog import load_catalog
+
+            try:
+                self._catalog = load_catalog(self.catalog_name, **self.catalog_properties)
+            except Exception as exc:  # sqlalchemy, requests, boto: one clear message
+                raise StorageError(f"cannot open Iceberg catalog {self.catalog_name!r} for "
+                                   f"{self.uri}: {type(exc).__name__}: {exc}") from None
+        return self._catalog
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run a catalog call, turning a client's error into one StorageError."""
+        from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+
+        try:
+            return fn(*args, **kwargs)
+        except (NoSuchTableError, CommitFailedException, TpcError):
+            raise
+        except Exception as exc:
+            raise StorageError(f"Iceberg catalog {self.catalog_name!r} failed to {what} "
+                               f"{self.identifier}: {type(exc).__name__}: {exc}") from None
+
+    def load_table(self) -> Table | None:
+        """The table, or None if it does not exist yet (it is created on first commit)."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            return self._call("load", self.catalog().load_table, self.identifier)
+        except NoSuchTableError:
+            return None
+
+    def location(self) -> str:
+        """The table's location (a URI): its own if it exists, else where it will be made."""
+        if self._location is None:
+            table = self.load_table()
+            if table is not None:
+                self._location = table.location().rstrip("/")
+            else:
+                cat = self.catalog()
+                self._call("create namespace for", cat.create_namespace_if_not_exists,
+                           self.namespace)
+                # pyiceberg's own rule for a new table's location (warehouse, namespace
+                # location property): the table is later created exactly there.
+                self._location = self._call(
+                    "resolve the location of", cat._resolve_table_location, None,
+                    ".".join(self.namespace), self.identifier.split(".")[-1]).rstrip("/")
+        return self._location
+
+    def file_io(self) -> Any:
+        from pyiceberg.io import load_file_io
+
+        return load_file_io(self.catalog().properties, self.location())
+
+    def strategy(self) -> IcebergSnapshot:
+        return IcebergSnapshot(self)
+
+    # -- the table ----------------------------------------------------------------
+    def create_table(self, schema: pa.Schema) -> Table:
+        """Create the table from the staged files' schema, identity-partitioned by epoch,
+        at :meth:`location`; a concurrent creator's table is loaded instead."""
+        from pyiceberg.catalog import Catalog
+        from pyiceberg.exceptions import TableAlreadyExistsError
+        from pyiceberg.partitioning import PartitionField, PartitionSpec
+        from pyiceberg.transforms import IdentityTransform
+
+        ice = Catalog._convert_schema_if_needed(schema)
+        field = ice.find_field(EPOCH_COLUMN)
+        spec = PartitionSpec(PartitionField(source_id=field.field_id, field_id=1000,
+                                            transform=IdentityTransform(), name=EPOCH_COLUMN))
+        cat = self.catalog()
+        self._call("create namespace for", cat.create_namespace_if_not_exists, self.namespace)
+        try:
+            table = self._call("create", cat.create_table, self.identifier, schema=ice,
+                               partition_spec=spec, location=self.location())
+            log.info("created Iceberg table %s at %s, partitioned by %s", self.identifier,
+                     self.location(), EPOCH_COLUMN)
+            return table
+        except TableAlreadyExistsError:
+            table = self.load_table()
+            if table is None:  # pragma: no cover - dropped in between
+                raise StorageError(f"{self.uri} was created and dropped meanwhile") from None
+            return table
+
+    def referenced_files(self) -> set[str]:
+        """Every data file any retained snapshot references (time travel keeps working)."""
+        table = self.load_table()
+        if table is None:
+            return set()
+        out: set[str] = set()
+        seen: set[str] = set()
+        for snap in table.snapshots():
+            for mf in snap.manifests(table.io):
+                if mf.manifest_path in seen:
+                    continue
+                seen.add(mf.manifest_path)
+                for entry in mf.fetch_manifest_entry(table.io, discard_deleted=True):
+                    out.add(_norm(entry.data_file.file_path))
+        return out
+
+    # -- what the staged files must be ---------------------------------------------
+    def check_staged(self, uris: list[str], epoch: str, table: Table | None) -> pa.Schema | None:
+        """Refuse staged files the table cannot take, naming the files and columns.
+
+        Every file: Parquet, a string ``epoch`` column whose statistics say every row
+        is ``epoch`` (``add_files`` infers the partition from them).  With a table:
+        identity-partitioned by ``epoch``, at this sink's location, and every file's
+        schema compatible (no unknown column, no required column missing, no type it
+        cannot read).  Without one: every file has the same schema (the table is
+        created from it).  Returns that schema (None if there are no files).
+        """
+        import pyarrow.parquet as pq
+
+        io = table.io if table is not None else self.file_io()
+        problems: list[str] = []
+        schemas: dict[str, pa.Schema] = {}
+        for uri in uris:
+            try:
+                with io.new_input(uri).open() as stream:
+                    md = pq.read_metadata(stream)
+            except Exception as exc:
+                problems.append(f"{uri} is not a readable Parquet file ({exc})")
+                continue
+            schema = md.schema.to_arrow_schema().remove_metadata()
+            schemas[uri] = schema
+            problems += _epoch_problems(uri, md, schema, epoch)
+        if table is not None:
+            problems += self._table_problems(table)
+            for uri, schema in schemas.items():
+                problems += _schema_problems(uri, schema, table)
+        else:
+            first = next(iter(schemas.values()), None)
+            for uri, schema in schemas.items():
+                if first is not None and not schema.equals(first):
+                    cols = sorted({f.name for f in schema} ^ {f.name for f in first}
+                                  | {f.name for f in schema if f.name in first.names
+                                     and first.field(f.name).type != f.type})
+                    problems.append(f"{uri} has another schema than the first staged file "
+                                    f"(columns {', '.join(cols)}); a new table is created from "
+                                    "one schema")
+        if problems:
+            raise TableSchemaError(
+                f"the staged files of epoch {epoch} cannot go into Iceberg table "
+                f"{self.uri}: " + "; ".join(problems[:20])
+                + (f"; and {len(problems) - 20} more" if len(problems) > 20 else "")
+                + ". Nothing was decided or changed: fix the job's output and run a new "
+                "attempt of the epoch.")
+        return next(iter(schemas.values()), None)
+
+    def _table_problems(self, table: Table) -> list[str]:
+        out = []
+        if _norm(table.location().rstrip("/")) != _norm(self.location()):
+            out.append(f"the table's location is {table.location()}, not {self.location()} "
+                       "where this sink stages (the table was re-created or moved)")
+        try:
+            _epoch_partition_position(table, table.spec().spec_id)
+        except TableSchemaError as exc:
+            out.append(str(exc))
+        return out
+
+
+def _epoch_problems(uri: str, md: Any, schema: pa.Schema, epoch: str) -> list[str]:
+    import pyarrow as pa
+
+    if EPOCH_COLUMN not in schema.names:
+        return [f"{uri} has no column {EPOCH_COLUMN!r} (the job writes it, holding the epoch "
+                f"{epoch!r}: Iceberg infers each file's partition from it)"]
+    typ = schema.field(EPOCH_COLUMN).type
+    if not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
+        return [f"{uri}: column {EPOCH_COLUMN!r} is {typ}, not a string"]
+    for rg in range(md.num_row_groups):
+        group = md.row_group(rg)
+        if group.num_rows == 0:
+            continue
+        col = next(group.column(i) for i in range(group.num_columns)
+                   if group.column(i).path_in_schema == EPOCH_COLUMN)
+        stats = col.statistics
+        if stats is None or not stats.has_min_max or stats.null_count:
+            return [f"{uri}: column {EPOCH_COLUMN!r} has nulls or no statistics; every row "
+                    f"must hold {epoch!r}"]
+        if stats.min != epoch or stats.max != epoch:
+            return [f"{uri}: column {EPOCH_COLUMN!r} holds {stats.min!r}..{stats.max!r}, "
+                    f"not only this epoch {epoch!r}"]
+    return []
+
+
+def _schema_problems(uri: str, schema: pa.Schema, table: Table) -> list[str]:
+    """Name the columns of a staged file that do not fit the table's schema."""
+    from pyiceberg.io.pyarrow import (
+        _check_pyarrow_schema_compatible,
+        _pyarrow_to_schema_without_ids,
+    )
+
+    want = table.schema()
+    have = set(schema.names)
+    fields = {f.name: f for f in want.fields}
+    unknown = sorted(have - set(fields))
+    missing = sorted(f.name for f in want.fields if f.required and f.name not in have)
+    try:
+        _check_pyarrow_schema_compatible(want, schema,
+                                         format_version=table.metadata.format_version)
+        return []  # compatible (possibly through type promotion)
+    except ValueError as exc:
+        detail = " ".join(str(exc).split())
+    mismatched = []
+    for name in sorted(have & set(fields)):
+        try:
+            got = _pyarrow_to_schema_without_ids(pa_schema_of(schema, name)).fields[0]
+        except Exception:  # a type Iceberg has no name for
+            mismatched.append(f"{name} ({schema.field(name).type} in the file)")
+            continue
+        if got.field_type != fields[name].field_type:
+            mismatched.append(f"{name} ({got.field_type} in the file, "
+                              f"{fields[name].field_type} in the table)")
+    parts = []
+    if unknown:
+        parts.append(f"columns not in the table: {', '.join(unknown)}")
+    if missing:
+        parts.append(f"required columns missing: {', '.join(missing)}")
+    if mismatched:
+        parts.append(f"columns of another type: {', '.join(mismatched)}")
+    if not parts:
+        parts.append(detail)
+    return [f"{uri}: " + "; ".join(parts)]
+
+
+def pa_schema_of(schema: pa.Schema, name: str) -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema([schema.field(name)])
+
+
+def _epoch_partition_position(table: Table, spec_id: int) -> int:
+    """Position of the identity(epoch) field in partition spec ``spec_id``: the epoch's
+    files are replaced whole, which is exact only when each file holds one epoch."""
+    spec = table.specs()[spec_id]
+    source = table.schema().find_field(EPOCH_COLUMN).field_id \
+        if EPOCH_COLUMN in {f.name for f in table.schema().fields} else None
+    for pos, field in enumerate(spec.fields):
+        if field.source_id == source and str(field.transform) == "identity":
+            return pos
+    raise TableSchemaError(f"table {table.name()} is not partitioned by identity({EPOCH_COLUMN}) "
+                           f"(spec {spec_id}: {spec}); airflow-tpc replaces an epoch by whole "
+                           "files, so each file must hold one epoch")
+
+
+def _epoch_files(table: Table, epoch: str) -> list[DataFile]:
+    """The data files of partition ``epoch`` in the table's current snapshot."""
+    from pyiceberg.manifest import ManifestContent
+
+    snap = table.current_snapshot()
+    if snap is None:
+        return []
+    out = []
+    for mf in snap.manifests(table.io):
+        if mf.content != ManifestContent.DATA:
+            continue
+        pos = _epoch_partition_position(table, mf.partition_spec_id)
+        for entry in mf.fetch_manifest_entry(table.io, discard_deleted=True):
+            if entry.data_file.partition[pos] == epoch:
+                out.append(entry.data_file)
+    return out
+
+
+@dataclass(frozen=True)
+class EpochCommits:
+    """What the table's retained snapshots say about one epoch's airflow-tpc commits."""
+
+    digests: dict[str, int]  # manifest digest -> attempt
+    highest: int  # the highest attempt committed into the table (0: none)
+
+
+def epoch_commits(table: Table, epoch: str, namespace: str) -> EpochCommits:
+    """Read the epoch's commits from snapshot summaries (namespace-scoped)."""
+    digests: dict[str, int] = {}
+    for snap in table.snapshots():
+        summary = snap.summary
+        if summary is None or summary[PROP_EPOCH] != epoch \
+                or summary[PROP_NAMESPACE] != namespace:
+            continue
+        try:
+            attempt = int(summary[PROP_ATTEMPT] or "")
+        except ValueError:
+            continue
+        digest = summary[PROP_DIGEST]
+        if digest:
+            digests[digest] = attempt
+    return EpochCommits(digests, max(digests.values(), default=0))
+
+
+def summary_properties(manifest: Manifest) -> dict[str, str]:
+    return {PROP_TXN_ID: manifest.txn_id, PROP_DIGEST: manifest.digest,
+            PROP_EPOCH: manifest.epoch, PROP_ATTEMPT: str(manifest.attempt),
+            PROP_NAMESPACE: manifest.namespace}
+
+
+class IcebergSnapshot(Strategy):
+    """The switch is one Iceberg commit: one ``overwrite`` snapshot that drops partition
+    ``epoch=E``'s data files and adds the staged files where they are.
+
+    Idempotent by the table's own history: a snapshot carrying this manifest's
+    digest means an earlier run committed it (a crash before the ledger recorded
+    it) — only the marker is written then.  A snapshot of a higher attempt of the
+    epoch means this attempt is stale: it is never applied (returns False).
+    """
+
+    name = "iceberg"
+
+    def __init__(self, target: IcebergTarget) -> None:
+        self.target = target
+
+    def switch(self, layout: Layout, manifest: Manifest, staging: str, dst: str,
+               version: str | None) -> bool:
+        from pyiceberg.exceptions import CommitFailedException
+
+        storage = layout.storage
+        uris = [storage.uri(storage.join(staging, f.path)) for f in manifest.files]
+        for _ in range(COMMIT_RETRIES):
+            table = self.target.load_table()
+            if table is None:
+                schema = self.target.check_staged(uris, manifest.epoch, None)
+                if schema is None:
+                    break  # nothing staged and no table: nothing to replace
+                table = self.target.create_table(schema)
+            seen = epoch_commits(table, manifest.epoch, manifest.namespace)
+            done = seen.digests.get(manifest.digest)
+            if done is not None and done != manifest.attempt:
+                raise LedgerError(f"Iceberg table {self.target.uri} holds manifest "
+                                  f"{manifest.digest} as attempt {done} of epoch "
+                                  f"{manifest.epoch}, not attempt {manifest.attempt}")
+            if done is not None:
+                log.info("%s is already in %s (a commit finished before the ledger recorded "
+                         "it): no second snapshot", manifest.txn_id, self.target.uri)
+                break
+            if seen.highest > manifest.attempt:
+                log.warning("%s not applied: the table already holds attempt %d of epoch %s",
+                            manifest.txn_id, seen.highest, manifest.epoch)
+                return False
+            if seen.highest == manifest.attempt:
+                raise LedgerError(
+                    f"Iceberg table {self.target.uri} holds attempt {manifest.attempt} of "
+                    f"epoch {manifest.epoch} with another manifest than {manifest.digest}; the "
+                    "attempt number was reused after the ledger was lost. Nothing was changed.")
+            self.target.check_staged(uris, manifest.epoch, table)
+            crashpoint("iceberg.before_table_commit")
+            try:
+                self._commit(table, manifest, uris)
+            except CommitFailedException as exc:
+                log.info("Iceberg commit of %s lost a race (%s); retrying on the new snapshot",
+                         manifest.txn_id, exc)
+                continue
+            crashpoint("iceberg.after_table_commit")
+            break
+        else:
+            raise StorageError(f"Iceberg table {self.target.uri} kept changing under "
+                               f"{COMMIT_RETRIES} commits of {manifest.txn_id}; the decision is "
+                               "kept and the next commit or recover tries again")
+        paths = [_rel_to_root(layout, storage.join(staging, f.path)) for f in manifest.files]
+        crashpoint("promote.before_marker")
+        return _swap_marker(layout, manifest, self.name, paths, version)
+
+    def _commit(self, table: Table, manifest: Manifest, uris: list[str]) -> None:
+        """One transaction, one snapshot: remove the epoch's files, add the staged ones."""
+        from pyiceberg.table import TableProperties, _parquet_files_to_data_files
+
+        def run() -> None:
+            with table.transaction() as tx:
+                meta = tx.table_metadata
+                if meta.name_mapping() is None:  # as add_files: files carry no field ids
+                    tx.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING:
+                                         meta.schema().name_mapping.model_dump_json()})
+                new = list(_parquet_files_to_data_files(tx.table_metadata, uris, table.io))
+                old = _epoch_files(table, manifest.epoch)
+                with tx.update_snapshot(
+                        snapshot_properties=summary_properties(manifest)).overwrite() as ow:
+                    for data_file in old:
+                        ow.delete_data_file(data_file)
+                    for data_file in new:
+                        ow.append_data_file(data_file)
+
+        self.target._call("commit to", run)
+        log.info("Iceberg %s: epoch %s is attempt %d (%d files)", self.target.uri,
+                 manifest.epoch, manifest.attempt, len(uris))
+
+    def clean(self, layout: Layout, epoch: str, attempt: int, manifest: Manifest | None,
+              current: dict[str, Any] | None) -> None:
+        # Nothing to delete here: the displaced attempt's files are referenced by the
+        # table's earlier snapshots (time travel).  Its staging is removed by the sink
+        # through TableLayout.remove_staging, which keeps every referenced file.
+        crashpoint("promote.before_cleanup")
+
+
+@dataclass(frozen=True)
+class TableLayout(Layout):
+    """A table target's layout: staging is removed only where the table does not
+    reference it.  Every removal of staging in the sink (abort, supersession, recover,
+    gc) goes through :meth:`remove_staging`, so this one check covers them all."""
+
+    table: IcebergTarget | None = None
+
+    def remove_staging(self, epoch: str, attempt: int) -> None:
+        path = self.check_staging(epoch, attempt)
+        files = self.storage.list(path)
+        if self.table is None or not files:
+            super().remove_staging(epoch, attempt)
+            return
+        referenced = self.table.referenced_files()  # fails closed: nothing deleted
+        keep = [o for o in files if _norm(self.storage.uri(o.path)) in referenced]
+        if not keep:
+            super().remove_staging(epoch, attempt)
+            return
+        if any(o.is_symlink for o in files):
+            raise StorageError(f"staging {self.storage.uri(path)} holds a symlink; not cleaned")
+        crashpoint("tables.before_remove_staging")
+        self.storage.delete_files([o.path for o in files if o not in keep])
+        log.info("kept %d staged files of epoch %s attempt %d: retained snapshots of %s "
+                 "reference them (snapshot expiry, then gc, removes them)", len(keep), epoch,
+                 attempt, self.table.uri)
+
+
+class IcebergSink(Sink):
+    """A :class:`~airflow_tpc.Sink` whose target is an Iceberg table.
+
+    The verbs are the core's; what differs is the layout (staging inside the table,
+    removal guarded by the table's references), the promotion strategy
+    (:class:`IcebergSnapshot`, through the layout) and a schema check of the staged
+    files at pre-commit and at commit before the decision.
+    """
+
+    def __init__(self, target: IcebergTarget | str, namespace: str, *,
+                 catalog_properties: dict[str, str] | None = None,
+                 storage_options: dict[str, Any] | None = None,
+                 config: SinkConfig | None = None) -> None:
+        if isinstance(target, str):
+            target = IcebergTarget.parse(target, catalog_properties)
+        config = config or SinkConfig()
+        if config.staging_root:
+            raise TpcError("an Iceberg target places its own staging (inside the table's data "
+                           "location); do not set staging_root")
+        location = target.location()
+        config = replace(config, promotion="manifest", staging_root=f"{location}/{STAGING_DIR}")
+        super().__init__(location, namespace, storage_options=storage_options, config=config)
+        self.table_target = target
+        self.layout = TableLayout(self.storage, self.layout.root, self.layout.staging_root,
+                                  table=target)
+        self.ledger = Ledger(self.layout)
+
+    def __repr__(self) -> str:
+        return f"IcebergSink({self.table_target.uri!r}, namespace={self.namespace!r})"
+
+    def _staged_uris(self, txn: Transaction, paths: list[str]) -> list[str]:
+        staging = self.layout.staging(txn.epoch, txn.attempt)
+        return [self.storage.uri(self.storage.join(staging, p)) for p in paths]
+
+    def precommit(self, txn: Transaction, *, rows: dict[str, int] | None = None,
+                  checksums: dict[str, str] | None = None) -> Manifest:
+        """Check the staged files fit the table before sealing them (the sensor's step)."""
+        self._check_own(txn)
+        staging = self.layout.check_staging(txn.epoch, txn.attempt)
+        staged = sorted(list_staged(self.storage, staging))
+        self.table_target.check_staged(self._staged_uris(txn, staged), txn.epoch,
+                                       self.table_target.load_table())
+        return super().precommit(txn, rows=rows, checksums=checksums)
+
+    def commit(self, txn: Transaction, *, expected_digest: str | None = None,
+               force: bool = False) -> CommitResult:
+        """Check the sealed files against the table as it is now, before the decision:
+        the table may have changed since pre-commit.  A decided attempt is not checked
+        again here (its roll-forward checks before the table commit)."""
+        self._check_own(txn)
+        if self.ledger.read(txn.epoch, txn.attempt, DECISION) is None:
+            manifest = self.read_manifest(txn)
+            if manifest is not None:
+                self.table_target.check_staged(
+                    self._staged_uris(txn, [f.path for f in manifest.files]), txn.epoch,
+                    self.table_target.load_table())
+        return super().commit(txn, expected_digest=expected_digest, force=force)
+
+
+def open_table_sink(target: str, namespace: str, *,
+                    catalog_properties: dict[str, str] | None = None,
+                    storage_options: dict[str, Any] | None = None,
+                    config: SinkConfig | None = None) -> IcebergSink:
+    """A sink for a table target URI (``iceberg://<catalog>/<namespace>.<table>``)."""
+    scheme = urlparse(target).scheme
+    if scheme == "iceberg":
+        return IcebergSink(target, namespace, catalog_properties=catalog_properties,
+                           storage_options=storage_options, config=config)
+    raise TpcError(f"{target!r} is not a table target (supported: iceberg://)")

@@ -1,0 +1,57 @@
+"""Iceberg targets with real parts: pyiceberg's SQL catalog on SQLite, a local warehouse,
+Parquet files written by pyarrow into staging as a Spark job would write them."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pyiceberg", reason="the tables extra is not installed")
+
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
+from airflow_tpc import Transaction  # noqa: E402
+from airflow_tpc.tables import IcebergSink  # noqa: E402
+
+TABLE = "analytics.events"
+
+
+@pytest.fixture()
+def catalog_props(tmp_path) -> dict[str, str]:
+    """An embedded catalog: nothing to start, one SQLite file and a warehouse folder."""
+    (tmp_path / "warehouse").mkdir()
+    return {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db",
+            "warehouse": f"file://{tmp_path}/warehouse"}
+
+
+@pytest.fixture()
+def make_sink(catalog_props):
+    """A fresh IcebergSink each call: a new process sees only what is in storage."""
+    def make(namespace: str = "events") -> IcebergSink:
+        return IcebergSink(f"iceberg://local/{TABLE}", namespace,
+                           catalog_properties=catalog_props)
+    return make
+
+
+def rows(epoch: str, ids: list[int], **extra: list) -> pa.Table:
+    """A batch of the events table: id, value, and the epoch column the job writes."""
+    cols = {"id": pa.array(ids, pa.int64()), "value": pa.array([f"v{i}" for i in ids]),
+            "epoch": pa.array([epoch] * len(ids), pa.string())}
+    cols.update({k: pa.array(v) for k, v in extra.items()})
+    return pa.table(cols)
+
+
+def write_parquet(sink: IcebergSink, txn: Transaction, name: str, table: pa.Table) -> None:
+    """What the Spark job does: one Parquet file into the attempt's staging."""
+    path = sink.storage.join(sink.layout.staging(txn.epoch, txn.attempt), name)
+    sink.storage.put(path, b"")  # creates the folders the way the store does
+    pq.write_table(table, path)
+
+
+def stage(sink: IcebergSink, epoch: str, batches: dict[str, pa.Table], *,
+          precommit: bool = True):
+    txn = sink.begin(epoch)
+    for name, batch in batches.items():
+        write_parquet(sink, txn, name, batch)
+    manifest = sink.precommit(txn) if precommit else None
+    return txn, manifest

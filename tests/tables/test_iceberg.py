@@ -1,0 +1,287 @@
+"""Iceberg targets end to end through the core Sink verbs, with real pyiceberg.
+
+Catalog: pyiceberg's SQL catalog on SQLite; warehouse: local disk; readers:
+pyiceberg's scan (pyarrow), DuckDB over it and over the committed file list.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import duckdb
+import pytest
+from pyiceberg.catalog import load_catalog
+from pyiceberg.expressions import EqualTo
+
+from airflow_tpc import FencedError, StorageError, TxnState, faults
+from airflow_tpc import promote as _promote
+from airflow_tpc.faults import InjectedCrash, armed
+from airflow_tpc.records import DECISION
+from airflow_tpc.tables import IcebergSink, TableSchemaError, open_table_sink
+from airflow_tpc.tables.iceberg import (
+    PROP_ATTEMPT,
+    PROP_DIGEST,
+    PROP_EPOCH,
+    PROP_NAMESPACE,
+    PROP_TXN_ID,
+    IcebergTarget,
+)
+
+from .conftest import TABLE, rows, stage
+
+
+def ours(table, epoch: str | None = None) -> list:
+    """Snapshots airflow-tpc committed (of one epoch), oldest first."""
+    return [s for s in table.snapshots()
+            if s.summary[PROP_TXN_ID] and (epoch is None or s.summary[PROP_EPOCH] == epoch)]
+
+
+def ids(table, epoch: str | None = None, snapshot_id: int | None = None) -> list[int]:
+    """The ids a reader of the table sees (of one epoch, at one snapshot)."""
+    kwargs = {"row_filter": EqualTo("epoch", epoch)} if epoch else {}
+    scan = table.scan(snapshot_id=snapshot_id, **kwargs)
+    return sorted(scan.to_arrow()["id"].to_pylist())
+
+
+def test_commit_is_one_snapshot_read_once_by_pyarrow_and_duckdb(make_sink):
+    sink = make_sink()
+    txn, manifest = stage(sink, "2026-11-20", {"part-0.parquet": rows("2026-11-20", [1, 2]),
+                                               "part-1.parquet": rows("2026-11-20", [3])})
+    assert sink.commit(txn, expected_digest=manifest.digest).outcome == "committed"
+
+    table = sink.table_target.load_table()
+    [snap] = table.snapshots()
+    assert snap.summary[PROP_TXN_ID] == txn.txn_id == "events/2026-11-20/1"
+    assert snap.summary[PROP_DIGEST] == manifest.digest
+    assert snap.summary[PROP_EPOCH] == "2026-11-20"
+    assert snap.summary[PROP_ATTEMPT] == "1"
+    assert snap.summary[PROP_NAMESPACE] == "events"
+    # The files were added where they were staged: no copy.
+    staged = {sink.storage.uri(sink.storage.join(sink.layout.staging("2026-11-20", 1), n))
+              for n in ("part-0.parquet", "part-1.parquet")}
+    assert {t.file.file_path for t in table.scan().plan_files()} == staged
+    assert ids(table) == [1, 2, 3]
+    con = duckdb.connect()
+    table.scan().to_duckdb("events", connection=con)
+    assert con.sql("select count(*), count(distinct id) from events").fetchall() == [(3, 3)]
+    files = sink.committed_files()["2026-11-20"]
+    assert sorted(files) == sorted(staged)
+    got = con.sql(f"select id from read_parquet({[f[len('file://'):] for f in files]})")
+    assert sorted(r[0] for r in got.fetchall()) == [1, 2, 3]
+    assert sink.describe("2026-11-20")[0].state is TxnState.COMMITTED
+
+
+def test_rerun_with_changed_input_replaces_the_epoch_in_one_snapshot(make_sink):
+    sink = make_sink()
+    txn1, _ = stage(sink, "5", {"a.parquet": rows("5", [1, 2, 3])})
+    sink.commit(txn1)
+    txn6, _ = stage(sink, "6", {"a.parquet": rows("6", [60])})
+    sink.commit(txn6)
+    txn2, m2 = stage(sink, "5", {"b.parquet": rows("5", [10, 11])})
+    assert sink.commit(txn2).outcome == "committed"
+
+    table = sink.table_target.load_table()
+    assert len(table.snapshots()) == 3
+    last = table.current_snapshot()
+    assert last.summary[PROP_DIGEST] == m2.digest and last.summary.operation.value == "overwrite"
+    assert ids(table, "5") == [10, 11] and ids(table, "6") == [60]
+    # Time travel keeps working: attempt 1's files were not deleted by airflow-tpc.
+    first = ours(table, "5")[0]
+    assert ids(table, snapshot_id=first.snapshot_id) == [1, 2, 3]
+    assert sink.storage.exists(sink.storage.join(sink.layout.staging("5", 1), "a.parquet"))
+
+
+COMMIT_STEPS = ["commit.before_decision", "commit.after_decision",
+                "iceberg.before_table_commit", "iceberg.after_table_commit",
+                "promote.before_marker", "promote.before_cleanup", "commit.before_published",
+                "tables.before_remove_staging"]
+
+
+def _setup(sink):
+    """Epoch 5 committed with ids 1,2 (attempt 1); attempt 2 pre-committed with 7."""
+    txn1, _ = stage(sink, "5", {"a.parquet": rows("5", [1, 2])})
+    sink.commit(txn1)
+    return stage(sink, "5", {"a.parquet": rows("5", [7])})
+
+
+def test_every_step_is_covered(make_sink):
+    """The crash list is checked against the steps a real commit passes."""
+    sink = make_sink()
+    txn, _ = _setup(sink)
+    faults.reset()
+    sink.commit(txn)
+    passed = [p for p in faults.seen()
+              if p.startswith(("commit.", "promote.", "iceberg.", "tables."))]
+    assert passed == COMMIT_STEPS
+
+
+@pytest.mark.parametrize("step", COMMIT_STEPS)
+def test_crash_during_commit_then_recover_gives_one_snapshot(make_sink, step):
+    sink = make_sink()
+    txn, manifest = _setup(sink)
+    with armed(step), pytest.raises(InjectedCrash):
+        sink.commit(txn, expected_digest=manifest.digest)
+    table = sink.table_target.load_table()
+    assert ids(table) in ([1, 2], [7])  # the old epoch or the new one, never a mix
+
+    restarted = make_sink()  # a new process: only storage and the catalog survive
+    restarted.recover()
+    decided = step != "commit.before_decision"
+    table = restarted.table_target.load_table()
+    assert ids(table) == ([7] if decided else [1, 2])
+    result = restarted.commit(restarted.transaction("5", 2), expected_digest=manifest.digest)
+    assert result.outcome == ("already_committed" if decided else "committed")
+    restarted.recover()
+    table = restarted.table_target.load_table()
+    assert ids(table) == [7]
+    # Exactly one snapshot per epoch commit, never two for one decided attempt.
+    assert [s.summary[PROP_ATTEMPT] for s in table.snapshots()] == ["1", "2"]
+    assert {i.attempt: i.state for i in restarted.describe("5")} == {
+        1: TxnState.COMMITTED, 2: TxnState.COMMITTED}
+    # Attempt 1's data file is still referenced by snapshot 1: kept.
+    assert restarted.storage.exists(
+        restarted.storage.join(restarted.layout.staging("5", 1), "a.parquet"))
+
+
+def test_zombie_attempt_is_fenced(make_sink):
+    sink = make_sink()
+    zombie, _ = stage(sink, "5", {"a.parquet": rows("5", [1])})
+    live, _ = stage(sink, "5", {"a.parquet": rows("5", [2])})
+    with pytest.raises(FencedError):
+        sink.commit(zombie)
+    sink.commit(live)
+    with pytest.raises(FencedError):
+        sink.precommit(zombie)
+    table = sink.table_target.load_table()
+    assert ids(table) == [2] and len(table.snapshots()) == 1
+
+
+def test_stale_promoter_of_a_lower_attempt_is_not_applied(make_sink):
+    """Attempt 1 decided; attempt 2 decided and in the table, but its marker not yet
+    written (a crash): a late roll-forward of attempt 1 must not touch the table."""
+    sink = make_sink()
+    txn1, _ = stage(sink, "5", {"a.parquet": rows("5", [1])})
+    with armed("commit.after_decision"), pytest.raises(InjectedCrash):
+        sink.commit(txn1)
+    decision1 = sink.ledger.read("5", 1, DECISION)
+    manifest1 = sink.read_manifest(txn1)
+    txn2, _ = stage(make_sink(), "5", {"a.parquet": rows("5", [2])})
+    with armed("iceberg.after_table_commit"), pytest.raises(InjectedCrash):
+        sink.commit(txn2)
+    assert _promote.read_marker(sink.layout, "5") is None  # readers' marker not switched
+
+    assert _promote.promote(sink.layout, "5", 1, decision1, lambda: manifest1) is False
+    table = sink.table_target.load_table()
+    assert [s.summary[PROP_ATTEMPT] for s in table.snapshots()] == ["2"]
+    make_sink().recover()
+    table = sink.table_target.load_table()
+    assert [s.summary[PROP_ATTEMPT] for s in table.snapshots()] == ["2"]
+    assert ids(table) == [2]
+
+
+def test_foreign_append_to_another_epoch_survives(make_sink, catalog_props):
+    sink = make_sink()
+    txn, _ = stage(sink, "5", {"a.parquet": rows("5", [1])})
+    sink.commit(txn)
+    foreign = load_catalog("local", **catalog_props).load_table(TABLE)
+    foreign.append(rows("manual", [99]))  # another writer, plain pyiceberg
+    txn, _ = stage(sink, "6", {"a.parquet": rows("6", [6])})
+    sink.commit(txn)
+    txn, _ = stage(sink, "5", {"a.parquet": rows("5", [5])})
+    sink.commit(txn)
+    table = sink.table_target.load_table()
+    assert ids(table, "manual") == [99]
+    assert ids(table) == [5, 6, 99]
+
+
+def test_schema_mismatch_is_refused_at_precommit_naming_columns(make_sink):
+    sink = make_sink()
+    txn, _ = stage(sink, "5", {"a.parquet": rows("5", [1])})
+    sink.commit(txn)
+    before = [s.snapshot_id for s in sink.table_target.load_table().snapshots()]
+    bad = rows("6", [1]).drop_columns(["id"]).append_column(
+        "id", rows("6", [1])["value"]).append_column("bogus", rows("6", [1])["value"])
+    txn6, manifest = stage(sink, "6", {"a.parquet": bad}, precommit=False)
+    with pytest.raises(TableSchemaError) as exc:
+        sink.precommit(txn6)
+    message = str(exc.value)
+    assert "bogus" in message and "id (string in the file, long in the table)" in message
+    assert "Nothing was decided or changed" in message
+    assert sink.read_manifest(txn6) is None  # not sealed
+    assert [s.snapshot_id for s in sink.table_target.load_table().snapshots()] == before
+    assert sink.describe("6")[0].state is TxnState.OPEN
+
+
+@pytest.mark.parametrize(("batch", "words"), [
+    (rows("7", [1]).drop_columns(["epoch"]), "no column 'epoch'"),
+    (rows("other", [1]), "not only this epoch '7'"),
+])
+def test_staged_files_must_carry_their_epoch(make_sink, batch, words):
+    sink = make_sink()
+    txn, _ = stage(sink, "7", {"a.parquet": batch}, precommit=False)
+    with pytest.raises(TableSchemaError, match=words):
+        sink.precommit(txn)
+    assert sink.table_target.load_table() is None  # nothing created
+
+
+def test_schema_mismatch_is_refused_at_commit_before_the_decision(make_sink):
+    """Sealed while the table did not exist; the table was then created with another
+    schema: the commit refuses before its decision and changes nothing."""
+    sink = make_sink()
+    txn6, m6 = stage(sink, "6", {"a.parquet": rows("6", [1], extra=[1.5])})
+    txn5, _ = stage(sink, "5", {"a.parquet": rows("5", [1])})
+    sink.commit(txn5)  # creates the table without "extra"
+    before = [s.snapshot_id for s in sink.table_target.load_table().snapshots()]
+    with pytest.raises(TableSchemaError, match="columns not in the table: extra"):
+        sink.commit(txn6, expected_digest=m6.digest)
+    assert sink.ledger.read("6", 1, DECISION) is None
+    assert sink.describe("6")[0].state is TxnState.PRECOMMITTED
+    assert [s.snapshot_id for s in sink.table_target.load_table().snapshots()] == before
+
+
+def test_gc_keeps_files_any_retained_snapshot_references(make_sink):
+    sink = make_sink()
+    txn1, _ = stage(sink, "5", {"a.parquet": rows("5", [1])})
+    sink.commit(txn1)
+    txn2, _ = stage(sink, "5", {"a.parquet": rows("5", [2])})
+    sink.commit(txn2)
+    aborted, _ = stage(sink, "6", {"a.parquet": rows("6", [3])})
+    sink.abort(aborted)
+    old = sink.storage.join(sink.layout.staging("5", 1), "a.parquet")
+    assert not sink.storage.list(sink.layout.staging("6", 1))  # never in the table: gone
+    sink.gc()
+    assert sink.storage.exists(old)  # snapshot 1 still references it
+    table = sink.table_target.load_table()
+    first = ours(table, "5")[0]
+    table.maintenance.expire_snapshots().by_id(first.snapshot_id).commit()
+    sink.gc()
+    assert not sink.storage.list(sink.layout.staging("5", 1))  # no snapshot references it now
+    assert ids(sink.table_target.load_table()) == [2]
+
+
+def test_table_target_uri_and_unreachable_catalog(tmp_path, catalog_props):
+    sink = open_table_sink(f"iceberg://local/{TABLE}", "events",
+                           catalog_properties=catalog_props)
+    assert isinstance(sink, IcebergSink)
+    assert sink.target == f"file://{tmp_path}/warehouse/analytics/events"
+    assert IcebergTarget.parse("iceberg://cat/a.b.t").namespace == ("a", "b")
+    with pytest.raises(Exception, match="iceberg://<catalog>/<namespace>.<table>"):
+        IcebergTarget.parse("iceberg://cat/t")
+    gone = {"type": "sql", "uri": f"sqlite:///{tmp_path}/no/such/dir/catalog.db",
+            "warehouse": f"file://{tmp_path}/warehouse"}
+    with pytest.raises(StorageError, match="catalog 'local'"):
+        open_table_sink(f"iceberg://local/{TABLE}", "events", catalog_properties=gone)
+
+
+def test_core_imports_without_pyiceberg():
+    """The extra is optional: the core and airflow_tpc.tables import without it."""
+    code = ("import sys; sys.modules['pyiceberg'] = None\n"
+            "import airflow_tpc, airflow_tpc.tables, airflow_tpc.tables.iceberg\n"
+            "from airflow_tpc import Sink\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    loaded = subprocess.run([sys.executable, "-c", "import airflow_tpc, airflow_tpc.tables, sys;"
+                             "print('pyiceberg' in sys.modules)"], check=True,
+                            capture_output=True, text=True).stdout.strip()
+    assert loaded == "False"
+
