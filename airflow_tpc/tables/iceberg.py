@@ -592,6 +592,16 @@ class IcebergSink(Sink):
     def __repr__(self) -> str:
         return f"IcebergSink({self.table_target.uri!r}, namespace={self.namespace!r})"
 
+    def _highest_attempt_seen(self, epoch: str) -> int:
+        """Also above every attempt of the epoch the table's snapshots name: with the
+        ledger (and the marker) lost, a reused fencing number would be refused at
+        promotion as a reuse, or worse, fenced by the table as a stale attempt."""
+        seen = super()._highest_attempt_seen(epoch)
+        table = self.table_target.load_table()
+        if table is None:
+            return seen
+        return max(seen, epoch_commits(table, epoch, self.namespace).highest)
+
     def _staged_uris(self, txn: Transaction, paths: list[str]) -> list[str]:
         staging = self.layout.staging(txn.epoch, txn.attempt)
         return [self.storage.uri(self.storage.join(staging, p)) for p in paths]

@@ -6,17 +6,21 @@ pyiceberg's scan (pyarrow), DuckDB over it and over the committed file list.
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 
 import duckdb
+import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog import load_catalog
 from pyiceberg.expressions import EqualTo
 
-from airflow_tpc import FencedError, StorageError, TxnState, faults
+from airflow_tpc import FencedError, LedgerError, StorageError, TxnState, faults
 from airflow_tpc import promote as _promote
 from airflow_tpc.faults import InjectedCrash, armed
+from airflow_tpc.manifest import FileEntry, Manifest
 from airflow_tpc.records import DECISION
 from airflow_tpc.tables import IcebergSink, TableSchemaError, open_table_sink
 from airflow_tpc.tables.iceberg import (
@@ -25,6 +29,7 @@ from airflow_tpc.tables.iceberg import (
     PROP_EPOCH,
     PROP_NAMESPACE,
     PROP_TXN_ID,
+    IcebergSnapshot,
     IcebergTarget,
 )
 
@@ -285,3 +290,43 @@ def test_core_imports_without_pyiceberg():
                             capture_output=True, text=True).stdout.strip()
     assert loaded == "False"
 
+
+
+def test_lost_ledger_never_reuses_an_attempt_the_table_holds(make_sink):
+    """The ledger, the marker and attempt 1's staging folder are lost (its data file
+    survives only as the table's): begin numbers above the table's history."""
+    sink = make_sink()
+    txn, _ = stage(sink, "5", {"a.parquet": rows("5", [1])})
+    sink.commit(txn)
+    root = sink.layout.root
+    shutil.rmtree(f"{root}/_tpc")
+    shutil.rmtree(f"{root}/epoch=5")
+    shutil.move(sink.layout.staging("5", 1), f"{root}/data/kept-by-hand")
+    again = make_sink()
+    txn2, _ = stage(again, "5", {"a.parquet": rows("5", [2])})
+    assert txn2.attempt == 2
+    again.commit(txn2)
+    table = again.table_target.load_table()
+    assert [s.summary[PROP_ATTEMPT] for s in table.snapshots()] == ["1", "2"]
+    assert ids(table) == [2]
+
+
+def test_reused_attempt_number_with_another_manifest_is_refused(make_sink):
+    """A manifest of attempt 1 other than the one the table holds (the number was
+    handed out twice): the switch refuses and changes nothing."""
+    sink = make_sink()
+    txn, manifest = stage(sink, "5", {"a.parquet": rows("5", [1])})
+    sink.commit(txn)
+    staging = sink.layout.staging("5", 1)
+    pq_path = sink.storage.join(staging, "b.parquet")
+    pq.write_table(rows("5", [2]), pq_path)
+    size = os.path.getsize(pq_path)
+    other = Manifest.build(namespace="events", target=sink.target, epoch="5", attempt=1,
+                           staging=txn.staging_uri,
+                           files=[FileEntry("b.parquet", size, "sha256:" + "0" * 64, None)])
+    before = [s.snapshot_id for s in sink.table_target.load_table().snapshots()]
+    with pytest.raises(LedgerError, match="reused"):
+        IcebergSnapshot(sink.table_target).switch(sink.layout, other, staging,
+                                                  sink.layout.published_dir("5"), None)
+    assert [s.snapshot_id for s in sink.table_target.load_table().snapshots()] == before
+    assert manifest.digest != other.digest
