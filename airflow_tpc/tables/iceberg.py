@@ -340,14 +340,19 @@ def _schema_problems(uri: str, schema: pa.Schema, table: Table) -> list[str]:
     fields = {f.name: f for f in want.fields}
     unknown = sorted(have - set(fields))
     missing = sorted(f.name for f in want.fields if f.required and f.name not in have)
+    detail = ""
     try:
         _check_pyarrow_schema_compatible(want, schema,
                                          format_version=table.metadata.format_version)
-        return []  # compatible (possibly through type promotion)
     except ValueError as exc:
         detail = " ".join(str(exc).split())
+    if not (detail or unknown or missing):
+        return []  # compatible (possibly through type promotion)
+    # A column the table does not have is refused even where pyiceberg would take the
+    # file (a stale name mapping still naming a dropped column): readers would drop
+    # it silently, and the job meant to store it.
     mismatched = []
-    for name in sorted(have & set(fields)):
+    for name in sorted(have & set(fields)) if detail else []:
         try:
             got = _pyarrow_to_schema_without_ids(pa_schema_of(schema, name)).fields[0]
         except Exception:  # a type Iceberg has no name for
@@ -506,10 +511,25 @@ class IcebergSnapshot(Strategy):
     def _commit(self, table: Table, manifest: Manifest, uris: list[str]) -> None:
         """One transaction, one snapshot: remove the epoch's files, add the staged ones."""
         from pyiceberg.table import TableProperties, _parquet_files_to_data_files
+        from pyiceberg.table.update import AssertCurrentSchemaId, AssertDefaultSpecId
+
+        # pyiceberg would retry a commit that lost a race by re-applying the same
+        # snapshot on the new base (after a sleep): our file list and schema check
+        # were made against the old base.  Switch that off for this in-memory table
+        # only (the table's stored properties are untouched): the caller's loop
+        # reloads, re-checks and recomputes instead.
+        meta = table.metadata
+        table.metadata = meta.model_copy(update={"properties": {
+            **meta.properties, TableProperties.COMMIT_NUM_RETRIES: "0"}})
 
         def run() -> None:
             with table.transaction() as tx:
                 meta = tx.table_metadata
+                # Iceberg lets an append commit over a concurrent schema or partition
+                # change; ours was checked against this schema and spec, so a change of
+                # either must fail the commit (and the caller's loop re-checks).
+                tx._apply((), (AssertCurrentSchemaId(current_schema_id=meta.current_schema_id),
+                               AssertDefaultSpecId(default_spec_id=meta.default_spec_id)))
                 if meta.name_mapping() is None:  # as add_files: files carry no field ids
                     tx.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING:
                                          meta.schema().name_mapping.model_dump_json()})

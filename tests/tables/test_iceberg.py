@@ -330,3 +330,72 @@ def test_reused_attempt_number_with_another_manifest_is_refused(make_sink):
                                                   sink.layout.published_dir("5"), None)
     assert [s.snapshot_id for s in sink.table_target.load_table().snapshots()] == before
     assert manifest.digest != other.digest
+
+
+def test_concurrent_foreign_commit_is_retried_and_survives(make_sink, catalog_props):
+    """Another writer commits between our read of the table and our commit (armed at
+    the step, no sleeps): our commit fails on the stale base, is retried on the new
+    snapshot, and both survive; still one snapshot for our attempt."""
+    sink = make_sink()
+    txn, _ = stage(sink, "5", {"a.parquet": rows("5", [1])})
+    sink.commit(txn)
+    txn2, _ = stage(sink, "6", {"a.parquet": rows("6", [6])})
+    calls = []
+
+    def foreign_append(_name: str) -> None:
+        if not calls:
+            calls.append(1)
+            load_catalog("local", **catalog_props).load_table(TABLE).append(rows("x", [99]))
+
+    with armed("iceberg.before_table_commit", foreign_append):
+        assert sink.commit(txn2).outcome == "committed"
+    table = sink.table_target.load_table()
+    assert ids(table) == [1, 6, 99]
+    assert [s.summary[PROP_ATTEMPT] for s in ours(table)] == ["1", "1"]
+    assert len(table.snapshots()) == 3
+
+
+def test_conflicting_foreign_schema_change_is_refused_cleanly(make_sink, catalog_props):
+    """A foreign writer drops a column the staged files hold, between our read and our
+    commit: the retry refuses with the column named; the table has no snapshot of
+    ours for the epoch and the decision is kept for a fixed re-run to replace."""
+    sink = make_sink()
+    txn, _ = stage(sink, "5", {"a.parquet": rows("5", [1])})
+    sink.commit(txn)
+    txn2, _ = stage(sink, "6", {"a.parquet": rows("6", [6])})
+
+    def drop_value(_name: str) -> None:
+        table = load_catalog("local", **catalog_props).load_table(TABLE)
+        if "value" in table.schema().column_names:
+            with table.update_schema() as update:
+                update.delete_column("value")
+
+    with armed("iceberg.before_table_commit", drop_value), \
+            pytest.raises(TableSchemaError, match="columns not in the table: value"):
+        sink.commit(txn2)
+    table = sink.table_target.load_table()
+    assert ours(table, "6") == [] and ids(table) == [1]
+    assert sink.describe("6")[0].state is TxnState.COMMITTED  # decided, not published
+    with pytest.raises(Exception, match="could not finish 1 decided commit"):
+        make_sink().recover()  # surfaces on every restore, changes nothing
+    assert ours(sink.table_target.load_table(), "6") == []
+
+
+def test_racing_committers_of_one_attempt_make_one_snapshot(make_sink):
+    """A second committer of the same attempt runs to the end while the first is just
+    past its decision; the first then finds everything done."""
+    first = make_sink()
+    txn, manifest = stage(first, "5", {"a.parquet": rows("5", [1])})
+    results = []
+
+    def second_commits(_name: str) -> None:
+        if not results:
+            second = make_sink()
+            results.append(second.commit(second.transaction("5", txn.attempt),
+                                         expected_digest=manifest.digest).outcome)
+
+    with armed("commit.after_decision", second_commits):
+        outcome = first.commit(txn, expected_digest=manifest.digest).outcome
+    assert results == ["already_committed"] and outcome == "committed"
+    table = first.table_target.load_table()
+    assert len(table.snapshots()) == 1 and ids(table) == [1]
