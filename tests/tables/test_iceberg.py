@@ -399,3 +399,15 @@ def test_racing_committers_of_one_attempt_make_one_snapshot(make_sink):
     assert results == ["already_committed"] and outcome == "committed"
     table = first.table_target.load_table()
     assert len(table.snapshots()) == 1 and ids(table) == [1]
+
+
+def test_long_epoch_names_sharing_a_prefix_stay_apart(make_sink):
+    """Iceberg truncates string statistics to 16 characters; partition values are not."""
+    sink = make_sink()
+    first = "scheduled__2026-11-20T00.00.00.000000_a"
+    second = "scheduled__2026-11-20T00.00.00.000000_b"
+    for epoch, batch in ((first, [1, 2]), (second, [3]), (first, [5])):
+        txn, _ = stage(sink, epoch, {"p.parquet": rows(epoch, batch)})
+        sink.commit(txn)
+    table = sink.table_target.load_table()
+    assert ids(table, first) == [5] and ids(table, second) == [3]
