@@ -155,12 +155,16 @@ class IcebergTarget:
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Run a catalog call, turning a client's error into one StorageError."""
-        from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+        from pyiceberg.exceptions import (
+            CommitFailedException,
+            NoSuchTableError,
+            TableAlreadyExistsError,
+        )
 
         try:
             return fn(*args, **kwargs)
-        except (NoSuchTableError, CommitFailedException, TpcError):
-            raise
+        except (NoSuchTableError, TableAlreadyExistsError, CommitFailedException, TpcError):
+            raise  # answers the caller acts on
         except Exception as exc:
             raise StorageError(f"Iceberg catalog {self.catalog_name!r} failed to {what} "
                                f"{self.identifier}: {type(exc).__name__}: {exc}") from None
@@ -231,16 +235,21 @@ class IcebergTarget:
         table = self.load_table()
         if table is None:
             return set()
-        out: set[str] = set()
-        seen: set[str] = set()
-        for snap in table.snapshots():
-            for mf in snap.manifests(table.io):
-                if mf.manifest_path in seen:
-                    continue
-                seen.add(mf.manifest_path)
-                for entry in mf.fetch_manifest_entry(table.io, discard_deleted=True):
-                    out.add(_norm(entry.data_file.file_path))
-        return out
+
+        def read() -> set[str]:
+            out: set[str] = set()
+            seen: set[str] = set()
+            for snap in table.snapshots():
+                for mf in snap.manifests(table.io):
+                    if mf.manifest_path in seen:
+                        continue
+                    seen.add(mf.manifest_path)
+                    for entry in mf.fetch_manifest_entry(table.io, discard_deleted=True):
+                        out.add(_norm(entry.data_file.file_path))
+            return out
+
+        # A StorageError: the sink's best-effort cleanup logs it and deletes nothing.
+        return self._call("read the snapshots of", read)  # type: ignore[no-any-return]
 
     # -- what the staged files must be ---------------------------------------------
     def check_staged(self, uris: list[str], epoch: str, table: Table | None) -> pa.Schema | None:

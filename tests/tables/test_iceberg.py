@@ -411,3 +411,40 @@ def test_long_epoch_names_sharing_a_prefix_stay_apart(make_sink):
         sink.commit(txn)
     table = sink.table_target.load_table()
     assert ids(table, first) == [5] and ids(table, second) == [3]
+
+
+def test_catalog_unreachable_before_and_after_the_decision(tmp_path):
+    """The catalog's folder disappears (an unmounted volume): before the decision the
+    commit is refused and nothing is decided; after it, the decision and staging
+    are kept and recover finishes the commit once the catalog is back."""
+    (tmp_path / "cat").mkdir()
+    (tmp_path / "warehouse").mkdir()
+    props = {"type": "sql", "uri": f"sqlite:///{tmp_path}/cat/catalog.db",
+             "warehouse": f"file://{tmp_path}/warehouse"}
+
+    def make() -> IcebergSink:
+        return IcebergSink(f"iceberg://local/{TABLE}", "events", catalog_properties=props)
+
+    def unplug(sink: IcebergSink) -> None:
+        (tmp_path / "cat").rename(tmp_path / "away")
+        sink.table_target.catalog().engine.dispose()  # no pooled connection survives
+
+    sink = make()
+    txn, _ = stage(sink, "5", {"a.parquet": rows("5", [1])})
+    sink.commit(txn)
+    txn2, m2 = stage(sink, "5", {"a.parquet": rows("5", [2])})
+    unplug(sink)
+    with pytest.raises(StorageError, match="catalog 'local' failed to load"):
+        sink.commit(txn2, expected_digest=m2.digest)
+    assert sink.ledger.read("5", 2, DECISION) is None
+    (tmp_path / "away").rename(tmp_path / "cat")
+
+    with armed("commit.after_decision", lambda _name: unplug(sink)), \
+            pytest.raises(StorageError, match="catalog 'local' failed"):
+        sink.commit(txn2, expected_digest=m2.digest)
+    assert sink.ledger.read("5", 2, DECISION) is not None
+    (tmp_path / "away").rename(tmp_path / "cat")
+    make().recover()
+    table = make().table_target.load_table()
+    assert ids(table) == [2]
+    assert [s.summary[PROP_ATTEMPT] for s in table.snapshots()] == ["1", "2"]
