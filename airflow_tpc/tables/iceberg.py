@@ -283,6 +283,8 @@ class IcebergTarget:
                 problems += _schema_problems(uri, schema, table)
         else:
             first = next(iter(schemas.values()), None)
+            if first is not None:
+                problems += _creatable_problems(first)
             for uri, schema in schemas.items():
                 if first is not None and not schema.equals(first):
                     cols = sorted({f.name for f in schema} ^ {f.name for f in first}
@@ -334,6 +336,20 @@ def _epoch_problems(uri: str, md: Any, schema: pa.Schema, epoch: str) -> list[st
         if stats.min != epoch or stats.max != epoch:
             return [f"{uri}: column {EPOCH_COLUMN!r} holds {stats.min!r}..{stats.max!r}, "
                     f"not only this epoch {epoch!r}"]
+    return []
+
+
+def _creatable_problems(schema: pa.Schema) -> list[str]:
+    """A new table is made from the staged schema: refuse one Iceberg has no type for
+    (e.g. ``timestamp[ns]`` from Spark's default INT96 timestamps: write
+    ``spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS``) before the decision,
+    not at table creation after it."""
+    from pyiceberg.catalog import Catalog
+
+    try:
+        Catalog._convert_schema_if_needed(schema)
+    except Exception as exc:
+        return [f"no Iceberg table can be created from the staged schema: {exc}"]
     return []
 
 

@@ -448,3 +448,16 @@ def test_catalog_unreachable_before_and_after_the_decision(tmp_path):
     table = make().table_target.load_table()
     assert ids(table) == [2]
     assert [s.summary[PROP_ATTEMPT] for s in table.snapshots()] == ["1", "2"]
+
+
+def test_a_schema_no_table_can_be_made_from_is_refused_before_the_decision(make_sink):
+    """Nanosecond timestamps (Spark's default INT96) have no Iceberg v2 type: refused at
+    pre-commit, not at table creation after the decision."""
+    import pyarrow as pa
+
+    sink = make_sink()
+    batch = rows("5", [1]).append_column("at", pa.array([0], pa.timestamp("ns")))
+    txn, _ = stage(sink, "5", {"a.parquet": batch}, precommit=False)
+    with pytest.raises(TableSchemaError, match="'at' has an unsupported type: timestamp"):
+        sink.precommit(txn)
+    assert sink.table_target.load_table() is None
