@@ -1,23 +1,39 @@
-"""TpcHook: the one place the Airflow layer turns operator arguments into a core :class:`Sink`.
+"""TpcHook: the one place the Airflow layer turns sink arguments into a core :class:`Sink`
+and asks it protocol questions.
 
 Why a hook: every task of the protocol (submit, sensor, trigger, commit, abort, the
 admin DAG and the UI plugin) must address the *same* target with the *same*
 configuration, and credentials must come from an Airflow connection, never from
-operator arguments (those are rendered in the UI and serialised in the DAG).
+operator arguments (those are rendered in the UI and serialised in the DAG).  Why the
+queries live here too: the sensor's poke and the trigger's poll must ask the *same*
+cheap question (:meth:`TpcHook.check_precommit`), and the abort task and the UI plugin
+must agree on which attempts a DAG run owns (:meth:`TpcHook.run_attempts`); as methods of
+one class they cannot drift apart, and a regression to an expensive query shows up in
+one place.
+
+Like the Amazon provider's ``AwsBaseHookMixin`` + ``aws_conn_id``/``region_name``, the
+arguments that say *which* sink (:class:`SinkArgs`) are declared once; the operator and
+sensor bases in :mod:`airflow_tpc.airflow.base` and :class:`PrecommitTrigger` all build
+their hook from a :class:`SinkArgs`.
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from dataclasses import InitVar, asdict, dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 from airflow.sdk import BaseHook
 
-from airflow_tpc import Sink, SinkConfig, Transaction
+from airflow_tpc import InvalidState, ManifestError, Sink, SinkConfig, Transaction, TxnState
+from airflow_tpc.storage import storage_class
 from airflow_tpc.storage.s3 import check_endpoint_url, public_s3_options
 
 if TYPE_CHECKING:
     from airflow.sdk.definitions.connection import Connection
+
+    from airflow_tpc.manifest import Manifest, ManifestSummary
+    from airflow_tpc.transaction import CommitResult, TxnInfo
 
 #: Storage options that may appear in operator arguments, XComs, trigger kwargs and
 #: the Spark conf: everything else (keys, secrets, tokens) comes from the connection.
@@ -80,8 +96,98 @@ def sink_config(config: SinkConfig | dict[str, Any] | None) -> SinkConfig:
     return SinkConfig(**config)
 
 
+def sink_config_dict(config: SinkConfig | dict[str, Any] | None) -> dict[str, Any] | None:
+    """``config`` as JSON-safe keyword arguments of :class:`SinkConfig` (trigger kwargs, XCom)."""
+    if isinstance(config, SinkConfig):
+        return asdict(config)
+    return dict(config) if config is not None else None
+
+
+#: Names of the sink arguments, in the order operators, sensor and trigger declare them.
+SINK_ARG_NAMES = ("target", "namespace", "storage_conn_id", "storage_options", "sink_config")
+
+
+@dataclass(frozen=True)
+class SinkArgs:
+    """Which sink a task addresses: the arguments every protocol task shares.
+
+    Declared once, so the submit, sensor, commit and abort tasks, the trigger (whose
+    kwargs are stored in the metadata DB) and the UI plugin cannot disagree about them,
+    and one check keeps secrets out: ``storage_options`` holds public options only
+    (``endpoint_url``, ``region_name``); credentials come from the *named* connection,
+    resolved where the hook runs.
+
+    :param target: ``/abs/path``, ``file:///abs/path`` or ``s3://bucket/prefix``.
+    :param namespace: the pipeline's transactional id prefix; one per pipeline and target.
+    :param storage_conn_id: connection holding credentials (login = access key, password =
+        secret; extra ``endpoint_url``/``region_name``/``token``). Without it the store's
+        default chain is used (environment, profile, instance role).
+    :param storage_options: public options only (``endpoint_url``, ``region_name``).
+    :param sink_config: :class:`SinkConfig` or its keyword arguments.
+    :param where: who passed them, for the refusal message.
+    """
+
+    target: str
+    namespace: str
+    storage_conn_id: str | None = None
+    storage_options: dict[str, Any] | None = None
+    sink_config: SinkConfig | dict[str, Any] | None = None
+    where: InitVar[str] = "SinkArgs"
+
+    def __post_init__(self, where: str) -> None:
+        object.__setattr__(self, "storage_options", check_public(self.storage_options, where))
+
+    def serialize(self) -> dict[str, Any]:
+        """JSON-safe keyword arguments (trigger kwargs): names and public options only."""
+        return {"target": self.target, "namespace": self.namespace,
+                "storage_conn_id": self.storage_conn_id,
+                "storage_options": dict(self.storage_options or {}),
+                "sink_config": sink_config_dict(self.sink_config)}
+
+    @classmethod
+    def from_txn_doc(cls, doc: dict[str, Any], where: str = "transaction XCom") -> SinkArgs:
+        """The sink a submit task's ``tpc_txn`` XCom names (target, namespace, connection
+        name, public options): how the UI plugin finds a run's transactions."""
+        return cls(doc["target"], doc["namespace"], doc.get("storage_conn_id") or None,
+                   doc.get("storage_options") or None, where=where)
+
+    def hook(self, *, connection: Connection | None = None) -> TpcHook:
+        return TpcHook(self.target, self.namespace, storage_conn_id=self.storage_conn_id,
+                       storage_options=self.storage_options, config=self.sink_config,
+                       connection=connection)
+
+
+PrecommitStatus = Literal["ready", "waiting", "failed"]
+
+
+@dataclass(frozen=True)
+class PrecommitCheck:
+    """One look at an attempt for the sensor or the trigger (:meth:`TpcHook.check_precommit`).
+
+    ``sealed`` is what the attempt pre-committed when ``status == "ready"``: the validated
+    manifest while staged, or the commit decision's digest and totals once committed,
+    so the pointer is built from it without reading storage again.
+    """
+
+    status: PrecommitStatus
+    message: str
+    txn: Transaction
+    sealed: Manifest | ManifestSummary | None = None
+
+
+@dataclass(frozen=True)
+class CommitOutcome:
+    """What :meth:`TpcHook.commit_pointer` did, and whether readers already saw the attempt
+    before it (a rerun after a try that published: the Asset event may still be owed)."""
+
+    txn: Transaction
+    result: CommitResult
+    was_published: bool
+
+
 class TpcHook(BaseHook):
-    """Builds the :class:`Sink` of one target from public options plus a connection.
+    """Builds the :class:`Sink` of one target from public options plus a connection, and asks
+    it the protocol questions the tasks need.
 
     :param target: ``/abs/path``, ``file:///abs/path`` or ``s3://bucket/prefix``.
     :param namespace: the pipeline's transactional id prefix; one per pipeline and target.
@@ -116,8 +222,12 @@ class TpcHook(BaseHook):
         return self._connection
 
     def storage_options(self) -> dict[str, Any] | None:
-        """All options for this process (public + secrets). Never log or return these."""
-        if not str(self.target).startswith(("s3://", "s3a://")):
+        """All options for this process (public + secrets). Never log or return these.
+
+        Only a store that takes credentials gets them (the store class says so, the URI
+        is not sniffed): a local target never sees a connection's secret.
+        """
+        if not storage_class(str(self.target)).takes_credentials:
             return None
         return {**self.public_options, **options_from_connection(self._conn())}
 
@@ -153,3 +263,126 @@ class TpcHook(BaseHook):
         doc = json.loads(txn_doc) if isinstance(txn_doc, str) else txn_doc
         claimed = Transaction.from_dict(doc)
         return self.get_sink().transaction(claimed.epoch, claimed.attempt)
+
+    # -- the protocol questions of the tasks --------------------------------------------
+
+    def check_precommit(self, txn_doc: dict[str, Any] | str) -> PrecommitCheck:
+        """Is the attempt pre-committed?  One look at storage, blocking; the sensor's poke
+        and the trigger's poll both ask exactly this.
+
+        Cheap on purpose, since it runs every ``poke_interval``: the begin record, then
+        :meth:`Sink.poll` (one listing of the epoch's ledger, the attempt's decision or
+        its manifest), never :meth:`Sink.describe` (which lists and reads every attempt's
+        staging).  Failure signals are the ledger's: the attempt was aborted, expired or
+        abandoned (the job, an operator or a person gave up on it), a higher attempt has
+        begun (this one is fenced: its manifest would never be committed), or it passed
+        its timeout.
+        """
+        sink = self.get_sink()
+        txn = self.transaction(txn_doc)
+        try:
+            status = sink.poll(txn)
+        except ManifestError as exc:
+            return PrecommitCheck("failed", f"invalid pre-commit manifest for {txn.txn_id}: "
+                                            f"{exc}", txn)
+        if status.state is TxnState.COMMITTED:
+            # A cleared sensor re-running after the commit: the pre-commit it waits for
+            # happened (the decision records its digest and totals). Rare: one more read.
+            return PrecommitCheck("ready", f"{txn.txn_id} is already COMMITTED", txn,
+                                  sink.sealed(txn))
+        if status.state in (TxnState.ABORTED, TxnState.EXPIRED, TxnState.ABANDONED):
+            return PrecommitCheck(
+                "failed", f"{txn.txn_id} was {status.state} ({status.reason}): the job failed "
+                          "or the attempt was given up", txn)
+        if status.highest_attempt > txn.attempt:
+            return PrecommitCheck(
+                "failed", f"{txn.txn_id} is fenced: attempt {status.highest_attempt} of epoch "
+                          f"{txn.epoch} has begun since, so this attempt can never be committed",
+                txn)
+        manifest = status.manifest
+        if manifest is not None:
+            return PrecommitCheck("ready", f"{txn.txn_id} pre-committed: {manifest.total_files} "
+                                           f"files, digest {manifest.digest}", txn, manifest)
+        if txn.expired():
+            return PrecommitCheck("failed", f"{txn.txn_id} passed its {txn.timeout_s:.0f} s "
+                                            "transaction timeout without a pre-commit", txn)
+        return PrecommitCheck("waiting", f"{txn.txn_id} not pre-committed yet", txn)
+
+    def precommit_pointer(self, check: PrecommitCheck) -> dict[str, Any]:
+        """The sensor's XCom: a few hundred bytes naming what a "ready" check saw (manifest
+        URI, digest, counts), built without another storage request; the commit re-reads
+        and re-verifies the manifest against this digest."""
+        sealed = check.sealed
+        if check.status != "ready" or sealed is None:
+            raise InvalidState(f"{check.txn.txn_id} is not pre-committed ({check.message})")
+        txn = check.txn
+        return {"txn_id": txn.txn_id, "epoch": txn.epoch, "attempt": txn.attempt,
+                "manifest_uri": self.get_sink().manifest_uri(txn), "digest": sealed.digest,
+                "files": sealed.total_files, "bytes": sealed.total_bytes,
+                "rows": sealed.total_rows}
+
+    def commit_pointer(self, pointer: dict[str, Any], *, force: bool = False) -> CommitOutcome:
+        """Commit the attempt a sensor pointer names, against the digest it validated.
+
+        The transaction is re-loaded from the ledger (the XCom is not trusted) and the
+        core re-verifies staging against ``pointer["digest"]`` before its one
+        put-if-absent decision.  ``was_published`` (asked before the commit) tells the
+        operator whether this call made the data visible or a previous try had.
+        """
+        sink = self.get_sink()
+        txn = sink.transaction(pointer["epoch"], int(pointer["attempt"]))
+        before = {i.attempt: i for i in sink.describe(txn.epoch)}.get(txn.attempt)
+        result = sink.commit(txn, expected_digest=pointer["digest"], force=force)
+        return CommitOutcome(txn, result, bool(before and before.published))
+
+    def run_attempts(self, txn_doc: dict[str, Any], dag_id: str, run_id: str) -> list[TxnInfo]:
+        """The attempts of the XCom's epoch that this DAG run owns: the one the XCom names,
+        and every attempt whose begin record names this run (earlier tries, whose XCom
+        a retry replaced).  The abort task and the UI plugin both use this."""
+        claimed = Transaction.from_dict(txn_doc)
+        return [info for info in self.get_sink().describe(claimed.epoch)
+                if info.attempt == claimed.attempt
+                or ((info.owner or {}).get("dag_id"), (info.owner or {}).get("run_id"))
+                == (dag_id, run_id)]
+
+    def abort_run(self, txn_doc: dict[str, Any], dag_id: str, run_id: str,
+                  reason: str) -> dict[str, list[str]]:
+        """Abort every undecided attempt this run owns (:meth:`run_attempts`); finish the
+        cleanup of aborted ones that left staging (a try killed between the abort decision
+        and the cleanup; aborting again is idempotent).  Committed attempts are never
+        touched: they are returned under ``committed`` (a commit that failed after its
+        decision must be rolled forward, not thrown away)."""
+        sink = self.get_sink()
+        aborted: list[str] = []
+        committed: list[str] = []
+        for info in self.run_attempts(txn_doc, dag_id, run_id):
+            if info.state is TxnState.COMMITTED:
+                committed.append(info.txn_id)
+                continue
+            finished = info.state in (TxnState.ABORTED, TxnState.EXPIRED)
+            if finished and not info.staging_files:
+                continue
+            try:
+                sink.abort(sink.transaction(info.epoch, info.attempt), reason)
+            except InvalidState as exc:  # committed concurrently
+                committed.append(info.txn_id)
+                self.log.warning("%s", exc)
+                continue
+            if finished:
+                self.log.info("%s was already %s; removed the %d staged file(s) it left",
+                              info.txn_id, info.state.value, info.staging_files)
+            else:
+                aborted.append(info.txn_id)
+        return {"aborted": aborted, "committed": committed}
+
+    def abort_quietly(self, txn: Transaction, reason: str) -> bool:
+        """Abort ``txn`` now if possible; a failure is logged, never raised (the next attempt
+        fences it and the abort task or ``recover`` cleans it).  True when aborted."""
+        try:
+            self.get_sink().abort(txn, reason)
+        except Exception as exc:
+            self.log.warning("Could not abort %s (%s); the next attempt fences it and the "
+                             "abort task or recover cleans it", txn.txn_id, exc)
+            return False
+        self.log.info("Aborted %s: %s", txn.txn_id, reason)
+        return True

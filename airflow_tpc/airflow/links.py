@@ -7,12 +7,21 @@ from urllib.parse import urlencode
 
 from airflow.sdk import BaseOperatorLink
 
+from airflow_tpc.storage import storage_class
+
 if TYPE_CHECKING:
     from airflow.models.taskinstancekey import TaskInstanceKey
     from airflow.sdk import BaseOperator, Context
 
 #: URL prefix of the airflow-tpc UI plugin (see :mod:`airflow_tpc.airflow.plugin`).
 PLUGIN_URL_PREFIX = "/airflow-tpc"
+
+
+def manifest_url(uri: str) -> str:
+    """What the *TPC manifest* link opens: the store's browser URL for ``uri`` when it has
+    one (S3's https form), else the URI itself.  The store class decides, not a prefix
+    test, so every spelling of a store (``s3a://``, upper-case schemes) links alike."""
+    return storage_class(uri).browser_url(uri) or uri
 
 
 class ManifestLink(BaseOperatorLink):
@@ -24,11 +33,7 @@ class ManifestLink(BaseOperatorLink):
     def persist(cls, context: Context, manifest_uri: str | None) -> None:
         """Store the URL in XCom: the API server reads it from there (by ``xcom_key``)."""
         if manifest_uri:
-            uri = str(manifest_uri)
-            if uri.startswith("s3://"):
-                bucket, _, key = uri[5:].partition("/")
-                uri = f"https://{bucket}.s3.amazonaws.com/{key}"
-            context["ti"].xcom_push(key=cls().xcom_key, value=uri)
+            context["ti"].xcom_push(key=cls().xcom_key, value=manifest_url(str(manifest_uri)))
 
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
         return _stored_link(ti_key, self.xcom_key)

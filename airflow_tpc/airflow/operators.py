@@ -23,12 +23,14 @@ from typing import cast as typing_cast
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Asset, BaseOperator
+from airflow.sdk import Asset
 
-from airflow_tpc import DeliveryGuarantee, InvalidState, SinkConfig, TpcError, Transaction, TxnState
-from airflow_tpc.airflow.hooks import TXN_XCOM_KEY, TpcHook, check_public
+from airflow_tpc import DeliveryGuarantee, InvalidState, TpcError, Transaction
+from airflow_tpc.airflow.base import TpcBaseOperator, tpc_template_fields
+from airflow_tpc.airflow.hooks import TXN_XCOM_KEY
 from airflow_tpc.airflow.links import ManifestLink, TransactionLink
 from airflow_tpc.faults import crashpoint
+from airflow_tpc.storage import storage_class
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -216,29 +218,6 @@ class SecretSafeSparkSubmitHook(SparkSubmitHook):
         return super()._build_spark_submit_command(application)
 
 
-class _TpcMixin:
-    """Arguments every protocol task shares: which target, which pipeline, which credentials."""
-
-    target: str
-    namespace: str
-    storage_conn_id: str | None
-    storage_options: dict[str, Any] | None
-    sink_config: SinkConfig | dict[str, Any] | None
-
-    def _init_tpc(self, target: str, namespace: str, storage_conn_id: str | None,
-                  storage_options: dict[str, Any] | None,
-                  sink_config: SinkConfig | dict[str, Any] | None) -> None:
-        self.target = target
-        self.namespace = namespace
-        self.storage_conn_id = storage_conn_id
-        self.storage_options = check_public(storage_options, type(self).__name__)
-        self.sink_config = sink_config
-
-    def tpc_hook(self) -> TpcHook:
-        return TpcHook(self.target, self.namespace, storage_conn_id=self.storage_conn_id,
-                       storage_options=self.storage_options, config=self.sink_config)
-
-
 def pull_txn(context: Context, submit_task_id: str) -> dict[str, Any] | None:
     """The transaction the submit task of this run began (latest try)."""
     return context["ti"].xcom_pull(task_ids=submit_task_id, key=TXN_XCOM_KEY)
@@ -250,7 +229,7 @@ def _owner(context: Context) -> dict[str, Any]:
             "try_number": ti.try_number, "map_index": ti.map_index}
 
 
-class StagedSparkSubmitOperator(_TpcMixin, SparkSubmitOperator):
+class StagedSparkSubmitOperator(TpcBaseOperator, SparkSubmitOperator):
     """SparkSubmitOperator that runs the job inside a new transaction attempt.
 
     Every execution (first try, retry, clear) begins a *new* attempt with a higher
@@ -262,8 +241,9 @@ class StagedSparkSubmitOperator(_TpcMixin, SparkSubmitOperator):
     The job receives the transaction in the Spark conf ``spark.airflow_tpc.txn`` and
     writes into ``txn.staging_uri``, then seals it with ``JobTransaction.precommit()``.
 
-    :param target: where the output is published (local path or ``s3://``).
-    :param namespace: the pipeline's transactional id; two pipelines never share one.
+    The sink arguments (``target``, ``namespace``, ``storage_conn_id``,
+    ``storage_options``, ``sink_config``) are :class:`TpcBaseOperator`'s.
+
     :param epoch: templated; defaults to the run's data interval start (``YYYY-MM-DD``).
     :param guarantee: ``EXACTLY_ONCE`` (default), ``AT_LEAST_ONCE`` or ``NONE``.
     :param ship_package: add the job-side ``airflow_tpc`` zip to ``py_files``.
@@ -276,15 +256,12 @@ class StagedSparkSubmitOperator(_TpcMixin, SparkSubmitOperator):
         credential chain). Refused combinations fail before the transaction begins.
     """
 
-    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "target",
-                                      "namespace", "epoch")
+    template_fields: Sequence[str] = tpc_template_fields(*SparkSubmitOperator.template_fields,
+                                                         "epoch")
     operator_extra_links = (TransactionLink(),)
     ui_color = "#f5d6a8"
 
-    def __init__(self, *, target: str, namespace: str, epoch: str = DEFAULT_EPOCH,
-                 storage_conn_id: str | None = None,
-                 storage_options: dict[str, Any] | None = None,
-                 sink_config: SinkConfig | dict[str, Any] | None = None,
+    def __init__(self, *, epoch: str = DEFAULT_EPOCH,
                  guarantee: str = DeliveryGuarantee.EXACTLY_ONCE.value,
                  ship_package: bool = True, job_credentials: str = "auto",
                  **kwargs: Any) -> None:
@@ -295,8 +272,7 @@ class StagedSparkSubmitOperator(_TpcMixin, SparkSubmitOperator):
             raise ValueError("StagedSparkSubmitOperator cannot be durable: a retry must run a new "
                              "attempt, never reconnect to the previous attempt's job")
         kwargs["durable"] = False
-        super().__init__(**kwargs)
-        self._init_tpc(target, namespace, storage_conn_id, storage_options, sink_config)
+        super().__init__(**kwargs)  # TpcBaseOperator takes the sink arguments
         self.epoch = epoch
         self.guarantee = DeliveryGuarantee(str(guarantee).upper()).value
         self.ship_package = ship_package
@@ -331,7 +307,7 @@ class StagedSparkSubmitOperator(_TpcMixin, SparkSubmitOperator):
 
     def execute(self, context: Context) -> None:
         self._forget_previous_job(context)
-        hook = self.tpc_hook()
+        hook = self.tpc_hook
         # before begin: a setup that would leak or not deliver credentials fails here
         mode = self.plan_job_credentials(hook.job_env())
         sink = hook.get_sink()
@@ -367,7 +343,7 @@ class StagedSparkSubmitOperator(_TpcMixin, SparkSubmitOperator):
             super().execute(context)
         except BaseException as exc:
             # The attempt is dead: throw its staging away now and fence a late job.
-            self._abort_quietly(sink, txn, f"spark job failed: {type(exc).__name__}")
+            hook.abort_quietly(txn, f"spark job failed: {type(exc).__name__}")
             raise
         finally:
             remove_credentials_file(cred_path)
@@ -386,16 +362,8 @@ class StagedSparkSubmitOperator(_TpcMixin, SparkSubmitOperator):
         except Exception as exc:  # a store we cannot reach must not stop a fresh submit
             self.log.warning("Could not clear the task state store: %s", exc)
 
-    def _abort_quietly(self, sink: Any, txn: Transaction, reason: str) -> None:
-        try:
-            sink.abort(txn, reason)
-            self.log.info("Aborted %s: %s", txn.txn_id, reason)
-        except Exception as exc:
-            self.log.warning("Could not abort %s (%s); the next attempt fences it and the "
-                             "abort task or recover cleans it", txn.txn_id, exc)
 
-
-class CommitOperator(_TpcMixin, BaseOperator):
+class CommitOperator(TpcBaseOperator):
     """Commit the run's pre-committed transaction, then emit the target's Asset event.
 
     The sensor's XCom pointer names the manifest digest that was validated; the core
@@ -409,19 +377,15 @@ class CommitOperator(_TpcMixin, BaseOperator):
     :param force: commit even past the transaction timeout (logged loudly).
     """
 
-    template_fields: Sequence[str] = ("target", "namespace", "sensor_task_id")
+    template_fields: Sequence[str] = tpc_template_fields("sensor_task_id")
     operator_extra_links = (ManifestLink(),)
     ui_color = "#b7e4c7"
 
-    def __init__(self, *, target: str, namespace: str, sensor_task_id: str,
-                 storage_conn_id: str | None = None,
-                 storage_options: dict[str, Any] | None = None,
-                 sink_config: SinkConfig | dict[str, Any] | None = None,
-                 force: bool = False, **kwargs: Any) -> None:
-        if "outlets" not in kwargs:
-            kwargs["outlets"] = [target_asset(target)]
+    def __init__(self, *, sensor_task_id: str, force: bool = False, **kwargs: Any) -> None:
+        default_outlets = "outlets" not in kwargs
         super().__init__(**kwargs)
-        self._init_tpc(target, namespace, storage_conn_id, storage_options, sink_config)
+        if default_outlets:  # the target may have come from default_args: read it here
+            self.outlets = [target_asset(self.target)]
         self.sensor_task_id = sensor_task_id
         self.force = force
 
@@ -430,12 +394,8 @@ class CommitOperator(_TpcMixin, BaseOperator):
         if not pointer or "digest" not in pointer:
             raise InvalidState(f"no pre-commit pointer from task {self.sensor_task_id!r}: "
                                "nothing validated to commit")
-        hook = self.tpc_hook()
-        sink = hook.get_sink()
-        txn = sink.transaction(pointer["epoch"], int(pointer["attempt"]))
-        before = {i.attempt: i for i in sink.describe(txn.epoch)}.get(txn.attempt)
-        was_published = bool(before and before.published)
-        result = sink.commit(txn, expected_digest=pointer["digest"], force=self.force)
+        outcome = self.tpc_hook.commit_pointer(pointer, force=self.force)
+        txn, result, was_published = outcome.txn, outcome.result, outcome.was_published
         crashpoint("commit_task.after_commit")
         manifest = result.manifest
         summary = {"outcome": result.outcome, "txn_id": txn.txn_id, "epoch": txn.epoch,
@@ -524,10 +484,8 @@ class CommitOperator(_TpcMixin, BaseOperator):
 
 
 def _lineage_name(target: str) -> tuple[str, str]:
-    if target.startswith("s3://"):
-        bucket, _, key = target[5:].partition("/")
-        return f"s3://{bucket}", key or "/"
-    return "file", target.removeprefix("file://")
+    """OpenLineage (namespace, name) of the target, as its store names datasets."""
+    return storage_class(target).lineage_name(target)
 
 
 def target_asset(target: str) -> Asset:
@@ -536,7 +494,7 @@ def target_asset(target: str) -> Asset:
     return Asset(uri=uri.rstrip("/"))
 
 
-class AbortOperator(_TpcMixin, BaseOperator):
+class AbortOperator(TpcBaseOperator):
     """Abort the run's transaction(s): by default when submit, sensor or commit failed.
 
     ``trigger_rule="one_failed"`` makes it run when any upstream protocol task fails
@@ -549,57 +507,27 @@ class AbortOperator(_TpcMixin, BaseOperator):
     begun by *this* DAG run is aborted (earlier tries whose XCom is gone).
     """
 
-    template_fields: Sequence[str] = ("target", "namespace", "submit_task_id", "reason")
+    template_fields: Sequence[str] = tpc_template_fields("submit_task_id", "reason")
     ui_color = "#f4a6a6"
 
-    def __init__(self, *, target: str, namespace: str, submit_task_id: str,
-                 storage_conn_id: str | None = None,
-                 storage_options: dict[str, Any] | None = None,
-                 sink_config: SinkConfig | dict[str, Any] | None = None,
+    def __init__(self, *, submit_task_id: str,
                  reason: str = "aborted by the DAG run ({{ ti.task_id }})",
                  trigger_rule: str = "one_failed", **kwargs: Any) -> None:
         super().__init__(trigger_rule=trigger_rule, **kwargs)
-        self._init_tpc(target, namespace, storage_conn_id, storage_options, sink_config)
         self.submit_task_id = submit_task_id
         self.reason = reason
 
     def execute(self, context: Context) -> dict[str, Any]:
         doc = pull_txn(context, self.submit_task_id)
-        sink = self.tpc_hook().get_sink()
-        aborted: list[str] = []
-        committed: list[str] = []
         if not doc:
             self.log.info("No transaction was begun by %s in this run: nothing to abort",
                           self.submit_task_id)
-            return {"aborted": aborted, "committed": committed}
-        claimed = Transaction.from_dict(doc)
+            return {"aborted": [], "committed": []}
         ti = context["ti"]
-        for info in sink.describe(claimed.epoch):
-            owner = info.owner or {}
-            mine = info.attempt == claimed.attempt or (
-                owner.get("dag_id") == ti.dag_id and owner.get("run_id") == ti.run_id)
-            if not mine:
-                continue
-            if info.state is TxnState.COMMITTED:
-                committed.append(info.txn_id)
-                continue
-            finished = info.state in (TxnState.ABORTED, TxnState.EXPIRED)
-            if finished and not info.staging_files:
-                continue
-            # An ABORTED attempt with staging left: a try killed between the abort
-            # decision and the cleanup. Aborting again is idempotent and finishes it.
-            try:
-                sink.abort(sink.transaction(info.epoch, info.attempt), str(self.reason))
-                if finished:
-                    self.log.info("%s was already %s; removed the %d staged file(s) it left",
-                                  info.txn_id, info.state.value, info.staging_files)
-                else:
-                    aborted.append(info.txn_id)
-            except InvalidState as exc:  # committed concurrently
-                committed.append(info.txn_id)
-                self.log.warning("%s", exc)
-        if committed:
+        result = self.tpc_hook.abort_run(doc, ti.dag_id, ti.run_id, str(self.reason))
+        if result["committed"]:
             self.log.warning("Not aborted (already COMMITTED): %s. If a commit task failed after "
-                             "its decision, re-run it to finish the promotion.", committed)
-        self.log.info("Aborted %s", aborted or "nothing (already decided)")
-        return {"aborted": aborted, "committed": committed}
+                             "its decision, re-run it to finish the promotion.",
+                             result["committed"])
+        self.log.info("Aborted %s", result["aborted"] or "nothing (already decided)")
+        return result

@@ -104,30 +104,27 @@ def _run_docs(dag_id: str, run_id: str) -> list[tuple[str, dict[str, Any]]]:
             for task_id, raw in rows]
 
 
-def _sink_for(doc: dict[str, Any]) -> Any:
-    from airflow_tpc.airflow.hooks import TpcHook
+def _hook_for(doc: dict[str, Any]) -> Any:
+    """The hook of the sink a transaction XCom names; the credentials connection is looked
+    up by name here, in the API server (the XCom holds only its name)."""
+    from airflow_tpc.airflow.hooks import SinkArgs
 
-    conn_id = doc.get("storage_conn_id") or None
+    args = SinkArgs.from_txn_doc(doc)
     connection = None
-    if conn_id:
+    if args.storage_conn_id:
         from airflow.models.connection import Connection
 
-        connection = Connection.get_connection_from_secrets(conn_id)
-    return TpcHook(doc["target"], doc["namespace"], storage_conn_id=conn_id,
-                   storage_options=doc.get("storage_options") or None,
-                   connection=connection).get_sink()
+        connection = Connection.get_connection_from_secrets(args.storage_conn_id)
+    return args.hook(connection=connection)
 
 
 def _run_transactions(dag_id: str, run_id: str) -> list[dict[str, Any]]:
     """Every attempt this run began (all tries), with its state from the ledger."""
     out = []
     for task_id, doc in _run_docs(dag_id, run_id):
-        sink = _sink_for(doc)
-        for info in sink.describe(doc["epoch"]):
-            owner = info.owner or {}
-            if (owner.get("dag_id"), owner.get("run_id")) != (dag_id, run_id) \
-                    and info.attempt != doc.get("attempt"):
-                continue
+        hook = _hook_for(doc)
+        sink = hook.get_sink()
+        for info in hook.run_attempts(doc, dag_id, run_id):
             out.append({"task_id": task_id, "target": sink.target, "namespace": sink.namespace,
                         **{k: v for k, v in info.to_dict().items() if k != "owner"}})
     return out
@@ -139,11 +136,9 @@ def _abort(dag_id: str, run_id: str, epoch: str, attempt: int, user: str) -> dic
     for _, doc in _run_docs(dag_id, run_id):
         if doc["epoch"] != epoch:
             continue
-        sink = _sink_for(doc)
-        mine = {i.attempt for i in sink.describe(epoch)
-                if (i.owner or {}).get("run_id") == run_id or i.attempt == doc.get("attempt")}
-        if attempt in mine:
-            return admin.abort(sink, epoch, attempt, ABORT_REASON.format(user=user))
+        hook = _hook_for(doc)
+        if attempt in {i.attempt for i in hook.run_attempts(doc, dag_id, run_id)}:
+            return admin.abort(hook.get_sink(), epoch, attempt, ABORT_REASON.format(user=user))
     raise LookupError(f"no transaction {epoch}/{attempt} in run {run_id} of {dag_id}")
 
 

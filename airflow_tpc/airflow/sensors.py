@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk import PokeReturnValue
 
-from airflow_tpc import SinkConfig
-from airflow_tpc.airflow.hooks import TpcHook, check_public
+from airflow_tpc.airflow.base import TpcBaseSensor, tpc_template_fields
+from airflow_tpc.airflow.hooks import PrecommitCheck
 from airflow_tpc.airflow.operators import pull_txn
-from airflow_tpc.airflow.triggers import PrecommitTrigger, check_precommit, sealed_manifest
+from airflow_tpc.airflow.triggers import PrecommitTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -22,45 +22,39 @@ class PrecommitFailed(RuntimeError):
     """The awaited attempt can never be committed (job failed, aborted, fenced, expired)."""
 
 
-class PrecommitSensor(BaseSensorOperator):
+class PrecommitSensor(TpcBaseSensor):
     """Wait until the run's transaction is pre-committed; push a small pointer to it.
 
     The pointer (manifest URI, digest, counts, txn id) is a few hundred bytes however
     many files were written: the manifest itself stays in storage, where the commit
     re-reads and re-verifies it against the digest validated here.
 
+    Every poke (and every poll of the trigger) is :meth:`TpcHook.check_precommit`: one
+    listing of the epoch's ledger and two or three small reads, however many attempts
+    the epoch has had; a "ready" poke builds the pointer from what that check read.
+
     Modes: ``deferrable=True`` polls from the triggerer (no worker slot held);
     otherwise ``mode="poke"`` or ``mode="reschedule"`` as any sensor.
+
+    The sink arguments (``target``, ``namespace``, ``storage_conn_id``,
+    ``storage_options``, ``sink_config``) are :class:`TpcBaseOperator`'s.
 
     :param submit_task_id: the :class:`StagedSparkSubmitOperator` that began the txn.
     :param allow_empty: accept a manifest listing no files (default: refuse, since an
         empty epoch more often means a broken job than an empty day).
     """
 
-    template_fields: Sequence[str] = ("target", "namespace", "submit_task_id")
+    template_fields: Sequence[str] = tpc_template_fields("submit_task_id")
     ui_color = "#cde4f7"
 
-    def __init__(self, *, target: str, namespace: str, submit_task_id: str,
-                 storage_conn_id: str | None = None,
-                 storage_options: dict[str, Any] | None = None,
-                 sink_config: SinkConfig | dict[str, Any] | None = None,
-                 allow_empty: bool = False, deferrable: bool = False,
-                 **kwargs: Any) -> None:
+    def __init__(self, *, submit_task_id: str, allow_empty: bool = False,
+                 deferrable: bool = False, **kwargs: Any) -> None:
         kwargs.setdefault("poke_interval", 10)
         kwargs.setdefault("timeout", 6 * 3600)
         super().__init__(**kwargs)
-        self.target = target
-        self.namespace = namespace
         self.submit_task_id = submit_task_id
-        self.storage_conn_id = storage_conn_id
-        self.storage_options = check_public(storage_options, "PrecommitSensor")
-        self.sink_config = sink_config
         self.allow_empty = allow_empty
         self.deferrable = deferrable
-
-    def _hook(self) -> TpcHook:
-        return TpcHook(self.target, self.namespace, storage_conn_id=self.storage_conn_id,
-                       storage_options=self.storage_options, config=self.sink_config)
 
     def _txn_doc(self, context: Context) -> dict[str, Any]:
         doc = pull_txn(context, self.submit_task_id)
@@ -72,20 +66,15 @@ class PrecommitSensor(BaseSensorOperator):
         if not self.deferrable:
             return super().execute(context)
         doc = self._txn_doc(context)
-        status, message = check_precommit(self._hook(), doc)
-        if status == "ready":
-            return self._pointer(doc)
-        if status == "failed":
-            raise PrecommitFailed(message)
-        config = self.sink_config
-        if isinstance(config, SinkConfig):
-            config = {k: getattr(config, k) for k in config.__dataclass_fields__}
-        self.log.info("%s; deferring to the triggerer", message)
+        check = self.tpc_hook.check_precommit(doc)
+        if check.status == "ready":
+            return self._pointer(check)
+        if check.status == "failed":
+            raise PrecommitFailed(check.message)
+        self.log.info("%s; deferring to the triggerer", check.message)
         self.defer(
             trigger=PrecommitTrigger(
-                txn=doc, target=self.target, namespace=self.namespace,
-                storage_conn_id=self.storage_conn_id, storage_options=self.storage_options,
-                sink_config=config, poll_interval=float(self.poke_interval),
+                txn=doc, **self.sink_args.serialize(), poll_interval=float(self.poke_interval),
                 deadline=time.time() + float(self.timeout)),
             method_name="execute_complete",
             timeout=timedelta(seconds=float(self.timeout) + 60))
@@ -93,37 +82,34 @@ class PrecommitSensor(BaseSensorOperator):
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
         event = event or {}
         if event.get("status") == "ready":
-            return self._pointer(self._txn_doc(context))
+            # The triggerer saw it ready; look once more here, where the pointer is built
+            # from what this process read (nothing crosses the trigger event but a status).
+            check = self.tpc_hook.check_precommit(self._txn_doc(context))
+            if check.status != "ready":
+                raise PrecommitFailed(check.message)
+            return self._pointer(check)
         if event.get("status") == "timeout":
             raise PrecommitFailed(f"no pre-commit within {self.timeout} s: {event.get('message')}")
         raise PrecommitFailed(str(event.get("message") or f"unexpected trigger event {event!r}"))
 
     def poke(self, context: Context) -> PokeReturnValue | bool:
-        doc = self._txn_doc(context)
-        status, message = check_precommit(self._hook(), doc)
-        self.log.info("%s", message)
-        if status == "failed":
-            raise PrecommitFailed(message)
-        if status == "waiting":
+        check = self.tpc_hook.check_precommit(self._txn_doc(context))
+        self.log.info("%s", check.message)
+        if check.status == "failed":
+            raise PrecommitFailed(check.message)
+        if check.status == "waiting":
             return False
-        return PokeReturnValue(True, self._pointer(doc))
+        return PokeReturnValue(True, self._pointer(check))
 
-    def _pointer(self, doc: dict[str, Any]) -> dict[str, Any]:
-        """Validate the manifest once more and reduce it to a small pointer."""
-        hook = self._hook()
-        sink = hook.get_sink()
-        txn = hook.transaction(doc)
-        manifest = sealed_manifest(sink, txn)
-        if manifest is None:  # pragma: no cover - checked just before
-            raise PrecommitFailed(f"{txn.txn_id}: manifest disappeared")
-        if manifest.total_files == 0 and not self.allow_empty:
+    def _pointer(self, check: PrecommitCheck) -> dict[str, Any]:
+        """Refuse an empty epoch unless allowed; reduce the validated manifest to a pointer
+        (no further storage request: the check already read and validated it)."""
+        txn, sealed = check.txn, check.sealed
+        if sealed is not None and sealed.total_files == 0 and not self.allow_empty:
             raise PrecommitFailed(f"{txn.txn_id} pre-committed no files; pass allow_empty=True if "
                                   "an empty epoch is legitimate")
-        pointer = {"txn_id": txn.txn_id, "epoch": txn.epoch, "attempt": txn.attempt,
-                   "manifest_uri": sink.manifest_uri(txn), "digest": manifest.digest,
-                   "files": manifest.total_files, "bytes": manifest.total_bytes,
-                   "rows": manifest.total_rows}
+        pointer = self.tpc_hook.precommit_pointer(check)
         self.log.info("Validated pre-commit of %s: %d files, %d bytes, %s rows, digest %s",
-                      txn.txn_id, manifest.total_files, manifest.total_bytes,
-                      manifest.total_rows, manifest.digest)
+                      txn.txn_id, pointer["files"], pointer["bytes"], pointer["rows"],
+                      pointer["digest"])
         return pointer

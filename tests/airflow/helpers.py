@@ -159,3 +159,63 @@ def read_rows(root: str) -> dict[str, int]:
                      strict=True):
         out[str(ep)] = out.get(str(ep), 0) + int(n)
     return out
+
+
+#: Storage methods that only compute names: not requests.
+_NAMING = frozenset({"uri", "join"})
+
+
+@contextlib.contextmanager
+def count_storage_requests(storage_cls: type) -> Any:
+    """Count the requests made through ``storage_cls`` (a real store class) while inside.
+
+    Every public method of the class is wrapped for the duration, on the class itself, so
+    a Sink built anywhere inside is counted too; a method called by another counted one
+    (``exists`` reading through ``read_bytes``) counts once, as the outer request.
+    Yields a Counter: method name -> calls.
+    """
+    import inspect
+    import threading
+    from collections import Counter
+
+    counts: Counter[str] = Counter()
+    state = threading.local()
+    saved: dict[str, Any] = {}
+
+    def wrap(name: str, fn: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            depth = getattr(state, "depth", 0)
+            if depth == 0:
+                counts[name] += 1
+            state.depth = depth + 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                state.depth = depth
+        return counted
+
+    for name in dir(storage_cls):
+        if name.startswith("_") or name in _NAMING:
+            continue
+        raw = inspect.getattr_static(storage_cls, name)
+        if not inspect.isfunction(raw):  # class/static methods name things; attributes
+            continue
+        saved[name] = vars(storage_cls).get(name)
+        setattr(storage_cls, name, wrap(name, raw))
+    try:
+        yield counts
+    finally:
+        for name, own in saved.items():
+            if own is None:
+                delattr(storage_cls, name)
+            else:
+                setattr(storage_cls, name, own)
+
+
+def listings_and_reads(counts: dict[str, int]) -> tuple[int, int, dict[str, int]]:
+    """(listings, reads, every other request) of a :func:`count_storage_requests` Counter."""
+    listings = sum(counts.get(n, 0) for n in ("list", "list_dirs"))
+    reads = sum(counts.get(n, 0) for n in ("read_bytes", "read_versioned", "exists"))
+    other = {n: c for n, c in counts.items()
+             if n not in ("list", "list_dirs", "read_bytes", "read_versioned", "exists")}
+    return listings, reads, other
