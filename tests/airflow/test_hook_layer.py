@@ -71,7 +71,8 @@ def _all_tasks(**sink):
 def test_every_task_shares_the_sink_arguments_and_their_template_fields(airflow_db):
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-    from airflow_tpc.airflow.base import TPC_TEMPLATE_FIELDS, TpcBaseOperator
+    from airflow_tpc.airflow import TpcBaseOperator
+    from airflow_tpc.airflow.base import TPC_TEMPLATE_FIELDS
     from airflow_tpc.airflow.hooks import SINK_ARG_NAMES
 
     submit, sensor, commit, abort = _all_tasks(target="/data/t", namespace="n",
