@@ -558,7 +558,11 @@ class IcebergSnapshot(Strategy):
                 if meta.name_mapping() is None:  # as add_files: files carry no field ids
                     tx.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING:
                                          meta.schema().name_mapping.model_dump_json()})
-                new = list(_parquet_files_to_data_files(tx.table_metadata, uris, table.io))
+                # A file without rows (Spark writes one for an empty task) has no
+                # statistics to infer its partition from, and adds nothing: not added.
+                new = [d for d in _parquet_files_to_data_files(tx.table_metadata, uris,
+                                                               table.io)
+                       if d.record_count > 0]
                 old = _epoch_files(table, manifest.epoch)
                 with tx.update_snapshot(
                         snapshot_properties=summary_properties(manifest)).overwrite() as ow:

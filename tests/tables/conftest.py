@@ -35,7 +35,8 @@ def make_sink(catalog_props):
 
 def rows(epoch: str, ids: list[int], **extra: list) -> pa.Table:
     """A batch of the events table: id, value, and the epoch column the job writes."""
-    cols = {"id": pa.array(ids, pa.int64()), "value": pa.array([f"v{i}" for i in ids]),
+    cols = {"id": pa.array(ids, pa.int64()),
+            "value": pa.array([f"v{i}" for i in ids], pa.string()),
             "epoch": pa.array([epoch] * len(ids), pa.string())}
     cols.update({k: pa.array(v) for k, v in extra.items()})
     return pa.table(cols)
@@ -45,6 +46,9 @@ def write_parquet(sink: IcebergSink, txn: Transaction, name: str, table: pa.Tabl
     """What the Spark job does: one Parquet file into the attempt's staging."""
     path = sink.storage.join(sink.layout.staging(txn.epoch, txn.attempt), name)
     sink.storage.put(path, b"")  # creates the folders the way the store does
+    if table.num_rows == 0:  # as Spark writes an empty task's file: no row group at all
+        pq.ParquetWriter(path, table.schema).close()
+        return
     pq.write_table(table, path)
 
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import duckdb
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog import load_catalog
@@ -453,11 +454,32 @@ def test_catalog_unreachable_before_and_after_the_decision(tmp_path):
 def test_a_schema_no_table_can_be_made_from_is_refused_before_the_decision(make_sink):
     """Nanosecond timestamps (Spark's default INT96) have no Iceberg v2 type: refused at
     pre-commit, not at table creation after the decision."""
-    import pyarrow as pa
-
     sink = make_sink()
     batch = rows("5", [1]).append_column("at", pa.array([0], pa.timestamp("ns")))
     txn, _ = stage(sink, "5", {"a.parquet": batch}, precommit=False)
     with pytest.raises(TableSchemaError, match="'at' has an unsupported type: timestamp"):
         sink.precommit(txn)
     assert sink.table_target.load_table() is None
+
+
+def test_empty_staged_files_are_not_added(make_sink):
+    """A file without rows carries no statistics to infer its partition from (Spark
+    writes such files for empty tasks): it is sealed but adds nothing to the table."""
+    def spark_like(epoch: str, batch: list[int]):  # Spark writes lit() columns NOT NULL
+        table = rows(epoch, batch)
+        return table.cast(pa.schema([f.with_nullable(f.name != "epoch") for f in table.schema]))
+
+    sink = make_sink()
+    txn, _ = stage(sink, "5", {"a.parquet": spark_like("5", [1]),
+                               "b.parquet": spark_like("5", [])})
+    sink.commit(txn)
+    txn, _ = stage(sink, "5", {"a.parquet": spark_like("5", []),
+                               "b.parquet": spark_like("5", [2])})
+    sink.commit(txn)
+    table = sink.table_target.load_table()
+    assert ids(table) == [2]
+    assert [t.file.file_path.rsplit("/", 1)[-1] for t in table.scan().plan_files()] \
+        == ["b.parquet"]
+    txn, _ = stage(sink, "5", {"a.parquet": spark_like("5", [])})  # the epoch is now empty
+    sink.commit(txn)
+    assert ids(sink.table_target.load_table()) == []
