@@ -14,14 +14,42 @@ imported lazily, so ``import airflow_tpc`` never needs them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["IcebergSink", "IcebergTarget", "TableSchemaError", "open_table_sink"]
+if TYPE_CHECKING:  # pragma: no cover
+    from ..sink import Sink
+    from ..transaction import SinkConfig
+
+__all__ = ["IcebergSink", "IcebergTarget", "TableSchemaError", "open_sink", "open_table_sink"]
+
+#: Target URI schemes that name a table rather than a folder.
+TABLE_SCHEMES = ("iceberg://",)
+
+
+def open_sink(target: str, namespace: str, *, storage_options: dict[str, Any] | None = None,
+              config: SinkConfig | None = None,
+              catalog_properties: dict[str, str] | None = None) -> Sink:
+    """A sink for any target: a table URI (``iceberg://<catalog>/<ns>.<table>``) or a
+    folder.  One call for the layers that build sinks from a user's target string
+    (operators, CLI, the job side), so they take a table the way they take a folder;
+    pyiceberg is imported only for a table target."""
+    if isinstance(target, str) and target.startswith(TABLE_SCHEMES):
+        from .iceberg import open_table_sink
+
+        return open_table_sink(target, namespace, catalog_properties=catalog_properties,
+                               storage_options=storage_options, config=config)
+    if catalog_properties:
+        from ..errors import TpcError
+
+        raise TpcError(f"catalog_properties given for {target!r}, which is not a table target")
+    from ..sink import Sink
+
+    return Sink(target, namespace, storage_options=storage_options, config=config)
 
 
 def __getattr__(name: str) -> Any:
     # Lazy: airflow_tpc.tables.iceberg imports pyiceberg only when it is used.
-    if name in __all__:
+    if name in __all__ and name != "open_sink":
         from . import iceberg
 
         return getattr(iceberg, name)

@@ -23,7 +23,7 @@ from airflow_tpc import promote as _promote
 from airflow_tpc.faults import InjectedCrash, armed
 from airflow_tpc.manifest import FileEntry, Manifest
 from airflow_tpc.records import DECISION
-from airflow_tpc.tables import IcebergSink, TableSchemaError, open_table_sink
+from airflow_tpc.tables import IcebergSink, TableSchemaError, open_sink, open_table_sink
 from airflow_tpc.tables.iceberg import (
     PROP_ATTEMPT,
     PROP_DIGEST,
@@ -270,6 +270,10 @@ def test_table_target_uri_and_unreachable_catalog(tmp_path, catalog_props):
     sink = open_table_sink(f"iceberg://local/{TABLE}", "events",
                            catalog_properties=catalog_props)
     assert isinstance(sink, IcebergSink)
+    assert isinstance(open_sink(f"iceberg://local/{TABLE}", "events",
+                                catalog_properties=catalog_props), IcebergSink)
+    with pytest.raises(Exception, match="not a table target"):
+        open_sink(str(tmp_path / "folder"), "events", catalog_properties=catalog_props)
     assert sink.target == f"file://{tmp_path}/warehouse/analytics/events"
     assert IcebergTarget.parse("iceberg://cat/a.b.t").namespace == ("a", "b")
     with pytest.raises(Exception, match="iceberg://<catalog>/<namespace>.<table>"):
@@ -282,9 +286,11 @@ def test_table_target_uri_and_unreachable_catalog(tmp_path, catalog_props):
 
 def test_core_imports_without_pyiceberg():
     """The extra is optional: the core and airflow_tpc.tables import without it."""
-    code = ("import sys; sys.modules['pyiceberg'] = None\n"
+    code = ("import sys, tempfile; sys.modules['pyiceberg'] = None\n"
             "import airflow_tpc, airflow_tpc.tables, airflow_tpc.tables.iceberg\n"
-            "from airflow_tpc import Sink\n")
+            "from airflow_tpc import Sink\n"
+            "from airflow_tpc.tables import open_sink\n"
+            "assert type(open_sink(tempfile.mkdtemp(), 'n')) is Sink\n")
     subprocess.run([sys.executable, "-c", code], check=True)
     loaded = subprocess.run([sys.executable, "-c", "import airflow_tpc, airflow_tpc.tables, sys;"
                              "print('pyiceberg' in sys.modules)"], check=True,
