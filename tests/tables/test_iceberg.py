@@ -18,7 +18,15 @@ import pytest
 from pyiceberg.catalog import load_catalog
 from pyiceberg.expressions import EqualTo
 
-from airflow_tpc import FencedError, LedgerError, StorageError, TxnState, faults
+from airflow_tpc import (
+    FencedError,
+    LedgerError,
+    Sink,
+    StorageError,
+    TpcError,
+    TxnState,
+    faults,
+)
 from airflow_tpc import promote as _promote
 from airflow_tpc.faults import InjectedCrash, armed
 from airflow_tpc.manifest import FileEntry, Manifest
@@ -489,3 +497,15 @@ def test_empty_staged_files_are_not_added(make_sink):
     txn, _ = stage(sink, "5", {"a.parquet": spark_like("5", [])})  # the epoch is now empty
     sink.commit(txn)
     assert ids(sink.table_target.load_table()) == []
+
+
+def test_a_plain_sink_on_the_table_location_fails_closed(make_sink):
+    """A job that opens a folder sink on the table's location (not the table URI) looks
+    for staging elsewhere: refused, nothing sealed, nothing committed."""
+    sink = make_sink()
+    txn, _ = stage(sink, "5", {"a.parquet": rows("5", [1])}, precommit=False)
+    plain = Sink(sink.target, "events")
+    with pytest.raises(TpcError):
+        plain.precommit(txn)
+    assert sink.read_manifest(txn) is None
+    assert sink.table_target.load_table() is None
