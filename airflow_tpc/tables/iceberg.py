@@ -252,7 +252,8 @@ class IcebergTarget:
         return self._call("read the snapshots of", read)  # type: ignore[no-any-return]
 
     # -- what the staged files must be ---------------------------------------------
-    def check_staged(self, uris: list[str], epoch: str, table: Table | None) -> pa.Schema | None:
+    def check_staged(self, uris: list[str], epoch: str, table: Table | None, *,
+                     decided: str | None = None) -> pa.Schema | None:
         """Refuse staged files the table cannot take, naming the files and columns.
 
         Every file: Parquet, a string ``epoch`` column whose statistics say every row
@@ -261,6 +262,8 @@ class IcebergTarget:
         schema compatible (no unknown column, no required column missing, no type it
         cannot read).  Without one: every file has the same schema (the table is
         created from it).  Returns that schema (None if there are no files).
+        ``decided``: the transaction id when this is a roll-forward of a decided
+        commit (the error then says what is kept), else a check before the decision.
         """
         import pyarrow.parquet as pq
 
@@ -294,12 +297,19 @@ class IcebergTarget:
                                     f"(columns {', '.join(cols)}); a new table is created from "
                                     "one schema")
         if problems:
+            what = "; ".join(problems[:20]) \
+                + (f"; and {len(problems) - 20} more" if len(problems) > 20 else "")
+            if decided:
+                raise TableSchemaError(
+                    f"cannot roll {decided} forward into Iceberg table {self.uri}, which "
+                    f"changed after the commit was decided: {what}. Nothing was changed in "
+                    "the table; the decision and the staged files are kept (recover reports "
+                    "this every time): restore the table's schema, or commit a new attempt "
+                    "of the epoch, which replaces it.")
             raise TableSchemaError(
                 f"the staged files of epoch {epoch} cannot go into Iceberg table "
-                f"{self.uri}: " + "; ".join(problems[:20])
-                + (f"; and {len(problems) - 20} more" if len(problems) > 20 else "")
-                + ". Nothing was decided or changed: fix the job's output and run a new "
-                "attempt of the epoch.")
+                f"{self.uri}: {what}. Nothing was decided or changed: fix the job's output "
+                "and run a new attempt of the epoch.")
         return next(iter(schemas.values()), None)
 
     def _table_problems(self, table: Table) -> list[str]:
@@ -492,7 +502,8 @@ class IcebergSnapshot(Strategy):
         for _ in range(COMMIT_RETRIES):
             table = self.target.load_table()
             if table is None:
-                schema = self.target.check_staged(uris, manifest.epoch, None)
+                schema = self.target.check_staged(uris, manifest.epoch, None,
+                                                  decided=manifest.txn_id)
                 if schema is None:
                     break  # nothing staged and no table: nothing to replace
                 table = self.target.create_table(schema)
@@ -515,7 +526,7 @@ class IcebergSnapshot(Strategy):
                     f"Iceberg table {self.target.uri} holds attempt {manifest.attempt} of "
                     f"epoch {manifest.epoch} with another manifest than {manifest.digest}; the "
                     "attempt number was reused after the ledger was lost. Nothing was changed.")
-            self.target.check_staged(uris, manifest.epoch, table)
+            self.target.check_staged(uris, manifest.epoch, table, decided=manifest.txn_id)
             crashpoint("iceberg.before_table_commit")
             try:
                 self._commit(table, manifest, uris)

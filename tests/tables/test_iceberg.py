@@ -386,8 +386,9 @@ def test_conflicting_foreign_schema_change_is_refused_cleanly(make_sink, catalog
                 update.delete_column("value")
 
     with armed("iceberg.before_table_commit", drop_value), \
-            pytest.raises(TableSchemaError, match="columns not in the table: value"):
+            pytest.raises(TableSchemaError, match="columns not in the table: value") as exc:
         sink.commit(txn2)
+    assert "the decision and the staged files are kept" in str(exc.value)
     table = sink.table_target.load_table()
     assert ours(table, "6") == [] and ids(table) == [1]
     assert sink.describe("6")[0].state is TxnState.COMMITTED  # decided, not published
