@@ -10,12 +10,21 @@ records, each written at most once with put-if-absent::
     <target>/_tpc/ledger/epoch=<E>/attempt=<NNNNNN>/superseded.json  a higher commit won
     <target>/_tpc/ledger/epoch=<E>/attempt=<NNNNNN>/abandoned.json   roll-forward given up
     <target>/_tpc/ledger/epoch=<E>/attempt=<NNNNNN>/closed.json      an abort carried out
+    <target>/_tpc/pending/epoch=<E>,attempt=<NNNNNN>                   decided, not finished
+    <target>/_tpc/pending/index.json                                 the index is complete
     <target>/_tpc/staging/epoch=<E>/attempt=<NNNNNN>/...             the attempt's files
     <target>/epoch=<E>/_tpc_published.json                           what readers read
 
 Which records exist is enough to know most of a transaction's state, so one
 recursive listing of the ledger answers "what is unfinished" without reading
-every record.  A record that is read becomes a typed record checked against the
+every record.  A commit need not even list the whole ledger: the *pending index*
+(``_tpc/pending/``) holds an empty entry for every attempt that has a decision and
+no finishing record, written before the decision and deleted after the finishing
+record, so a commit lists that folder and the ledger of the epochs it names — its
+cost does not grow with history.  The index is a hint kept by the ledger itself:
+a stale entry costs one listing and is dropped; a missing ``index.json`` (a target
+written before the index existed) means "list everything, then build it".
+A record that is read becomes a typed record checked against the
 path it was found at (:func:`airflow_tpc.records.parse_record`): a
 ``decision.json`` copied from another epoch, attempt or target is refused with
 :class:`LedgerError`, never acted upon.
@@ -36,9 +45,11 @@ from .records import (  # noqa: F401 - the kinds are part of this module's inter
     BEGIN,
     CLOSED,
     DECISION,
+    FINISHED_KINDS,
     PUBLISHED,
     SUPERSEDED,
     Record,
+    needs_finishing,
     parse_record,
 )
 from .storage import Storage
@@ -48,6 +59,9 @@ PUBLISHED_MARKER = "_tpc_published.json"
 #: Epoch names; always used with ``fullmatch`` (``$`` would accept a trailing newline).
 EPOCH_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 ATTEMPT_DIR_RE = re.compile(r"attempt=([0-9]{6,})")
+#: A pending-index entry; epochs never hold ',' so the split is unambiguous.
+PENDING_ENTRY_RE = re.compile(r"epoch=([^,/]+),attempt=([0-9]{6,})")
+PENDING_INDEX = "index.json"
 _ATTEMPT_TEXT_RE = re.compile(r"[0-9]{1,12}")
 #: Records other than a commit decision are a few hundred bytes; a commit decision
 #: embeds the manifest.  Larger records are refused before they are parsed.
@@ -104,6 +118,13 @@ class Layout:
     @property
     def ledger_root(self) -> str:
         return self.storage.join(self.root, TPC_DIR, "ledger")
+
+    @property
+    def pending_root(self) -> str:
+        return self.storage.join(self.root, TPC_DIR, "pending")
+
+    def pending_entry(self, epoch: str, attempt: int) -> str:
+        return self.storage.join(self.pending_root, f"epoch={epoch},{attempt_name(attempt)}")
 
     def record(self, epoch: str, attempt: int, kind: str) -> str:
         return self.storage.join(self.ledger_root, f"epoch={epoch}", attempt_name(attempt),
@@ -210,10 +231,13 @@ class Ledger:
         """
         path = self.layout.record(epoch, attempt, kind)
         data = self.encode(doc)
+        self._before_write(epoch, attempt, kind)
         if self.storage.put_if_absent(path, data):
+            self._after_write(epoch, attempt, kind)
             return True
         existing = self.storage.read_bytes(path)
         if existing == data:  # our own retried request, or an identical decision
+            self._after_write(epoch, attempt, kind)
             return False
         raise CommitConflict(f"{kind} record of epoch {epoch} attempt {attempt} already exists "
                              "with different content")
@@ -227,14 +251,88 @@ class Ledger:
         """
         path = self.layout.record(epoch, attempt, kind)
         data = self.encode(doc)
+        self._before_write(epoch, attempt, kind)
         if self.storage.put_if_absent(path, data):
+            self._after_write(epoch, attempt, kind)
             return True, self._parse(epoch, attempt, kind, doc)
         raw = self.storage.read_bytes(path)
         if raw is None:  # only if someone deletes ledger records
             raise LedgerError(f"{self.storage.uri(path)} vanished after a conflicting write")
         existing = self._parse(epoch, attempt, kind, self.decode(
             path, raw, MAX_DECISION_BYTES if kind == DECISION else MAX_RECORD_BYTES))
+        self._after_write(epoch, attempt, kind)  # finished by someone else: just as good
         return raw == data, existing
+
+    # -- the pending index ----------------------------------------------------
+    def _before_write(self, epoch: str, attempt: int, kind: str) -> None:
+        """A decision is listed in the index *before* it exists, so no decided attempt
+        is ever missing from it (a crash leaves an entry without a decision: harmless)."""
+        if kind == DECISION:
+            self.mark_pending(epoch, attempt)
+
+    def _after_write(self, epoch: str, attempt: int, kind: str) -> None:
+        """A finishing record takes the attempt out of the index, only once it exists."""
+        if kind in FINISHED_KINDS:
+            self.unmark_pending(epoch, attempt)
+
+    def mark_pending(self, epoch: str, attempt: int) -> None:
+        self.storage.put(self.layout.pending_entry(epoch, attempt), b"")
+
+    def unmark_pending(self, epoch: str, attempt: int) -> None:
+        self.storage.delete_files([self.layout.pending_entry(epoch, attempt)])
+
+    def pending(self) -> dict[str, set[int]] | None:
+        """One listing of the pending index: epoch -> attempts that may need finishing.
+
+        None when the index was never completed (``index.json`` missing): the target
+        was written before it existed, and only a full :meth:`scan` is complete.
+        Names airflow-tpc never writes are ignored.
+        """
+        out: dict[str, set[int]] = defaultdict(set)
+        complete = False
+        for info in self.storage.list(self.layout.pending_root):
+            name = info.path.rstrip("/").rsplit("/", 1)[-1]
+            if name == PENDING_INDEX:
+                complete = True
+                continue
+            m = PENDING_ENTRY_RE.fullmatch(name)
+            if m and EPOCH_RE.fullmatch(m.group(1)) and int(m.group(2)) >= 1:
+                out[m.group(1)].add(int(m.group(2)))
+        return dict(out) if complete else None
+
+    def sync_pending(self, scan: dict[str, dict[int, AttemptRecords]],
+                     listed: dict[str, set[int]] | None,
+                     skip: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+        """Make the index agree with a full ``scan`` and mark it complete.
+
+        Adds decided, unfinished attempts (a target written before the index, or
+        by an older writer); drops entries of finished attempts and of attempts the
+        ledger does not hold even in a fresh listing of their epoch (entries are
+        written after ``begin.json``, so those were never a live attempt's).  Run
+        after a full scan: by recover, and by the first commit on a target without a
+        complete index.  Epochs in ``skip`` (damaged records: left exactly as they
+        are) are not touched.
+        """
+        listed = {e: a for e, a in (listed or {}).items() if e not in skip}
+        for epoch, attempts in scan.items():
+            if epoch in skip:
+                continue
+            for attempt, rec in attempts.items():
+                if needs_finishing(rec.kinds) and attempt not in listed.get(epoch, ()):
+                    self.mark_pending(epoch, attempt)
+        for epoch, attempts in listed.items():
+            known = scan.get(epoch, {})
+            if any(a not in known for a in attempts):
+                # Begun after ``scan`` was listed?  An entry is written after its
+                # ``begin.json``, so a fresh listing of the epoch tells.
+                known = self.scan(epoch).get(epoch, {})
+            for attempt in attempts:
+                rec = known.get(attempt)
+                if rec is None or rec.kinds & FINISHED_KINDS:
+                    self.unmark_pending(epoch, attempt)
+        self.storage.put_if_absent(
+            self.storage.join(self.layout.pending_root, PENDING_INDEX),
+            self.encode({"format": "airflow-tpc-pending-index", "version": 1}))
 
     def scan(self, epoch: str | None = None) -> dict[str, dict[int, AttemptRecords]]:
         """One recursive listing: epoch -> attempt -> which records exist."""

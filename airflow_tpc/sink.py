@@ -37,6 +37,7 @@ from .records import (
     CLOSED,
     DECISION,
     DISPLACED_DONE_KINDS,
+    FINISHED_KINDS,
     PUBLISHED,
     SUPERSEDED,
     AbortDecision,
@@ -326,8 +327,7 @@ class Sink:
         """Decide (one put-if-absent record), then promote.  Safe to call again."""
         self._check_own(txn)
         epoch = txn.epoch
-        scan = self.ledger.scan()
-        attempts = scan.get(epoch, {})
+        attempts = self.ledger.scan(epoch).get(epoch, {})
         rec = attempts.setdefault(txn.attempt, AttemptRecords({BEGIN}))
         decision = self._decision(epoch, txn.attempt, rec)
         manifest: Manifest | None = None  # set when this call validated staging against it
@@ -356,7 +356,7 @@ class Sink:
         winner = self._finish_epoch(epoch, attempts, known=manifest)
         if winner != txn.attempt:
             outcome = "superseded"
-        rolled = self._roll_forward(scan, skip={epoch})
+        rolled = self._roll_forward_pending(epoch, attempts)
         if outcome == "committed":
             log.info("committed %s: %d files, %d bytes", txn.txn_id, manifest.total_files,
                      manifest.total_bytes)
@@ -567,6 +567,38 @@ class Sink:
                         "epoch, recover or gc removes it", self.namespace, epoch, attempt, exc)
             return False
 
+    def _roll_forward_pending(self, epoch: str, attempts: dict[int, AttemptRecords]
+                              ) -> list[tuple[str, int]]:
+        """After a commit of ``epoch``: finish every other epoch the pending index names.
+
+        One listing of the index and one of each epoch it names, so the cost follows
+        unfinished work, not history.  Entries of finished (or unknown) attempts are
+        dropped on the way.  A target without a complete index (written before it
+        existed) gets one full scan, after which the index is built.
+        """
+        listed = self.ledger.pending()
+        if listed is None:
+            scan = self.ledger.scan()
+            scan[epoch] = attempts
+            rolled = self._roll_forward(scan, skip={epoch})
+            self.ledger.sync_pending(scan, self.ledger.pending() or {})
+            return rolled
+        scan = {epoch: attempts}
+        for other in listed:
+            if other != epoch:
+                scan[other] = self.ledger.scan(other).get(other, {})
+        rolled = self._roll_forward(scan, skip={epoch})
+        for other, numbers in listed.items():
+            known = scan[other]
+            for attempt in numbers:
+                rec = known.get(attempt)
+                # Unknown to a listing made after the index was: never a live attempt
+                # (entries follow begin.json).  This epoch was listed before, so an
+                # attempt unknown here may have begun since: left to the next commit.
+                if (rec is None and other != epoch) or (rec and rec.kinds & FINISHED_KINDS):
+                    self.ledger.unmark_pending(other, attempt)
+        return rolled
+
     def _roll_forward(self, scan: dict[str, dict[int, AttemptRecords]],
                       skip: set[str] = frozenset()  # type: ignore[assignment]
                       ) -> list[tuple[str, int]]:
@@ -709,6 +741,9 @@ class Sink:
                 elif now - started > self.config.warn_fraction * timeout:
                     log.warning("%s/%s/%d is %.0f s old (timeout %.0f s)", self.namespace,
                                 epoch, attempt, now - started, timeout)
+        # Bring the pending index up to date with this full listing (and build it on a
+        # target written before it existed), so commits list only unfinished work.
+        self.ledger.sync_pending(scan, self.ledger.pending(), skip=damaged)
         crashpoint("recover.before_cleanup")
         report.cleaned = self._clean_finished_staging(scan, skip=damaged)
         if report.errors:

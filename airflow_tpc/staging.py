@@ -50,8 +50,10 @@ def on_threads(fn: Callable[[_T], _R], items: Iterable[_T],
 
 
 def is_hidden(relpath: str) -> bool:
-    return any(part.startswith(("_", ".")) for part in relpath.split("/")) or relpath.endswith(
-        ".crc")
+    """Hidden from readers (Spark, Hive, pyarrow): a part starting with "_" or ".", or a
+    Hadoop ``.crc`` side file.  Substring tests only: it runs once per staged file."""
+    return (relpath[:1] in ("_", ".") or "/_" in relpath or "/." in relpath
+            or relpath.endswith(".crc"))
 
 
 def list_staged(storage: Storage, staging: str) -> dict[str, ObjectInfo]:
