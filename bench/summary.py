@@ -61,6 +61,30 @@ def load(name: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def spark_cases(spark: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The (rows, files) cases of a spark.json, oldest schema included.
+
+    Schema 2 lists ``cases`` (rows, files, times, summary, plain_spread, ...);
+    schema 1 had one entry per row count, 2 files each.
+    """
+    if not spark:
+        return []
+    if "cases" in spark:
+        return list(spark["cases"])
+    return [{"rows": int(r), "files": 2, "summary": st,
+             "times": spark.get("rows", {}).get(r, {}).get("times", {}),
+             "plain_spread": spark.get("plain_spread", {}).get(r, float("nan"))}
+            for r, st in spark.get("summary", {}).items()]
+
+
+def _tot(phases: dict[str, float]) -> float:
+    return sum(phases.values())
+
+
+def _case(c: dict[str, Any]) -> str:
+    return f"{c['rows'] / 1e6:g}M rows × {c['files']:,} files"
+
+
 def _run_line(label: str, data: dict[str, Any]) -> str:
     info = data.get("info", {})
     minutes = f", {data['elapsed_s'] / 60:.0f} min" if data.get("elapsed_s") else ""
@@ -193,16 +217,10 @@ def goal_lines(core: dict[str, Any] | None, spark: dict[str, Any] | None) -> lis
             ", ".join(f"{_x(v)} at {n:,} files" for n, v in vals)
             + f" ({ht.get('epochs', '?')} past epochs)",
             all(v <= 1.2 for _, v in vals) if ht.get("epochs", 0) >= 500 else None)
-    summ = {int(k): v for k, v in (spark or {}).get("summary", {}).items()}
-    if summ:
-        vals = [(rows, st["native-eo"]["overhead_pct"]) for rows, st in summ.items()
-                if "native-eo" in st]
+    measured, verdict = goal4(spark)
+    if measured:
         row("4. whole protocol vs plain Spark write", "≤ 3 % at 1M and 5M rows, and with "
-            "many files",
-            ", ".join(f"{v:.1f} % at {r / 1e6:g}M rows" for r, v in vals)
-            + " (2 files per write; many files not measured)",
-            ("**met at 2 files per write**; many files not measured"
-             if all(v <= 3 for _, v in vals) else "**not met**") if vals else None)
+            "many files (e.g. 200)", measured, verdict)
     for r in core.get("s3") or []:
         modes = list(r["commit"])
         seq = "copy, copy_workers=1"
@@ -218,62 +236,121 @@ def goal_lines(core: dict[str, Any] | None, spark: dict[str, Any] | None) -> lis
     return out
 
 
+#: Goal 4: the whole protocol (begin + pre-commit + commit, default settings) in % of the
+#: plain write; "many files" means at least this many output files per write.
+GOAL4_PCT, MANY_FILES = 3.0, 100
+
+
+def goal4(spark: dict[str, Any] | None) -> tuple[str, str | None]:
+    """Goal 4's (measured, verdict) cells: one figure per (rows, files) case."""
+    cases = [c for c in spark_cases(spark) if "native-eo" in c["summary"]]
+    if not cases:
+        return "", None
+    figures, noisy, floors = [], [], []
+    for c in cases:
+        st = c["summary"]["native-eo"]
+        lo, hi = st.get("overhead_pct_min"), st.get("overhead_pct_max")
+        per_rep = f", per repetition {lo:.1f}–{hi:.1f} %" if lo is not None else ""
+        plain = c["summary"].get("plain", {}).get("median", float("nan"))
+        figures.append(f"{st['overhead_pct']:.1f} % at {_case(c)} ({st['overhead']:.3f} s "
+                       f"vs plain {plain:.2f} s{per_rep}; end to end "
+                       f"{describe(st['paired'])} paired)")
+        if c["files"] >= MANY_FILES:  # the baseline's per-task cost grows with the load
+            fastest = min(_tot(p) for p in c["times"]["plain"])
+            floors.append(f"{_case(c)}: {st['overhead']:.3f} s stays ≤ {GOAL4_PCT:g} % of "
+                          f"plain writes of ≥ {st['overhead'] / GOAL4_PCT * 100:.1f} s; "
+                          f"the fastest here took {fastest:.1f} s")
+        if lo is not None and lo <= GOAL4_PCT < hi:
+            noisy.append(_case(c))
+    groups: dict[str, list[bool]] = {}
+    for c in cases:
+        key = f"{c['files']:,} files" if c["files"] < MANY_FILES else \
+            f"{c['files']:,} files (many)"
+        groups.setdefault(key, []).append(c["summary"]["native-eo"]["overhead_pct"]
+                                          <= GOAL4_PCT)
+    met = [g for g, oks in groups.items() if all(oks)]
+    unmet = [g for g, oks in groups.items() if not all(oks)]
+    word = ("**met**" if not unmet else "**not met**" if not met else
+            f"**met at {', '.join(met)}; not met at {', '.join(unmet)}**")
+    gaps = []
+    rows = {c["rows"] for c in cases}
+    gaps += [f"{r / 1e6:g}M rows not run" for r in (1_000_000, 5_000_000) if r not in rows]
+    if not any(c["files"] >= MANY_FILES for c in cases):
+        gaps.append("many files not measured")
+    if gaps:
+        word += f" ({'; '.join(gaps)}: incomplete)"
+    if noisy:
+        word += (f"; at {', '.join(noisy)} the per-repetition figures straddle "
+                 f"{GOAL4_PCT:g} %: this shared 2-core machine's noise cannot resolve it")
+    if floors:
+        word += ("; the many-files plain write is slow on this loaded machine (Spark's "
+                 "per-task cost), which flatters the share: " + "; ".join(floors))
+    return "; ".join(figures) + " (default settings, directly timed, in % of the plain "\
+        "write's median)", word
+
+
 def spark_lines(spark: dict[str, Any]) -> list[str]:
-    summ = {int(k): v for k, v in spark.get("summary", {}).items()}
-    if not summ:
+    cases = spark_cases(spark)
+    if not cases:
         return []
     out = ["### End to end: the exactly-once pipeline vs the same PySpark job writing "
            "straight to the final path", "",
            f"[bench-spark.md](bench-spark.md): `{spark.get('master', 'local[2]')}`, local disk, "
-           f"{spark.get('reps', '?')} interleaved repetitions. *Protocol overhead* = begin + "
+           f"{spark.get('reps', '?')} interleaved repetitions; each write produces *files* "
+           "Parquet files (one per task). *Protocol overhead* = begin + "
            "pre-commit + commit, *job-side* = pre-commit alone, both timed directly and given "
-           "in % of the plain write's median.", "",
-           "| rows | variant | median s | paired ratio to plain | protocol overhead "
-           "| job-side overhead |",
-           "| ---: | --- | ---: | ---: | ---: | ---: |"]
-    for rows, st in summ.items():
-        for v, x in st.items():
+           "in % of the plain write's median; *per repetition* = the protocol overhead of each "
+           "repetition in % of that repetition's plain write (min–max).", "",
+           "| rows | files | variant | median s | paired ratio to plain | protocol overhead "
+           "| per repetition | job-side overhead |",
+           "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for c in cases:
+        for v, x in c["summary"].items():
+            head = f"| {c['rows']:,} | {c['files']:,} | {v} | {x['median']:.2f}"
             if v == "plain":
-                out.append(f"| {rows:,} | plain | {x['median']:.2f} | 1.000 | — | — |")
+                out.append(f"{head} | 1.000 | — | — | — |")
             else:
-                out.append(f"| {rows:,} | {v} | {x['median']:.2f} | {x['paired']:.3f} | "
-                           f"{x['overhead']:.3f} s = {x['overhead_pct']:.1f} % | "
+                rep = (f"{x['overhead_pct_min']:.1f}–{x['overhead_pct_max']:.1f} %"
+                       if "overhead_pct_min" in x else "—")
+                out.append(f"{head} | {x['paired']:.3f} | "
+                           f"{x['overhead']:.3f} s = {x['overhead_pct']:.1f} % | {rep} | "
                            f"{x['precommit']:.3f} s = {x['precommit_pct']:.1f} % |")
-    out += ["", "### Against the target", ""]
-    out += target_lines(spark, summ)
+    out += ["", "### Against the earlier 5 % target", ""]
+    out += target_lines(cases)
     return out
 
 
-def target_lines(spark: dict[str, Any], summ: dict[int, dict[str, dict[str, float]]]
-                 ) -> list[str]:
+def target_lines(cases: list[dict[str, Any]]) -> list[str]:
     """An honest verdict on "exactly-once via native writers within 5 % of the plain write"."""
     pct = 100 * TARGET
 
     def verdict(variant: str, key: str) -> tuple[str, str]:
         """("met" | "not met" | "met at 5M rows, not at 1M rows", "x % at 1M rows, ...")."""
-        vals = [(rows, st[variant][key]) for rows, st in summ.items() if variant in st]
+        vals = [(_case(c), c["summary"][variant][key]) for c in cases
+                if variant in c["summary"]]
         if key == "paired":  # a ratio: 1.034 is 3.4 % above the plain write
-            vals = [(rows, 100 * (v - 1)) for rows, v in vals]
-        good = [f"{rows / 1e6:g}M" for rows, v in vals if v <= pct]
-        bad = [f"{rows / 1e6:g}M" for rows, v in vals if v > pct]
+            vals = [(name, 100 * (v - 1)) for name, v in vals]
+        good = [name for name, v in vals if v <= pct]
+        bad = [name for name, v in vals if v > pct]
         word = "met" if not bad else "not met" if not good else \
-            f"met at {', '.join(good)} rows, not at {', '.join(bad)} rows"
-        return word, ", ".join(f"{v:+.1f} % at {rows / 1e6:g}M rows" if key == "paired"
-                               else f"{v:.1f} % at {rows / 1e6:g}M rows" for rows, v in vals)
+            f"met at {', '.join(good)}, not at {', '.join(bad)}"
+        return word, ", ".join(f"{v:+.1f} % at {name}" if key == "paired"
+                               else f"{v:.1f} % at {name}" for name, v in vals)
 
     job_ok, job = verdict("native-eo", "precommit_pct")
     prot_ok, prot = verdict("native-eo", "overhead_pct")
     size_ok, size = verdict("native-eo-size", "overhead_pct")
     e2e_ok, e2e = verdict("native-eo", "paired")
-    if all(abs(st["native-eo"]["paired"] - 1) <= PARITY for st in summ.values()
-           if "native-eo" in st):
+    if all(abs(c["summary"]["native-eo"]["paired"] - 1) <= PARITY for c in cases
+           if "native-eo" in c["summary"]):
         e2e += ": parity with the plain write"
-    spreads = ", ".join(f"{x:.1f}x at {int(r) / 1e6:g}M rows"
-                        for r, x in spark.get("plain_spread", {}).items())
-    noisy = any(x > 1 + TARGET for x in spark.get("plain_spread", {}).values())
+    spreads = ", ".join(f"{c['plain_spread']:.1f}x at {_case(c)}" for c in cases)
+    noisy = any(c["plain_spread"] > 1 + TARGET for c in cases)
+    files = sorted({c["files"] for c in cases})
     lines = [
-        f"Issue target: *exactly-once via native writers within {pct:.0f} % of the plain "
-        "write.*", "",
+        f"Earlier target: *exactly-once via native writers within {pct:.0f} % of the plain "
+        "write.* (Issue 10's goal 4 asks for ≤ 3 % of the whole protocol: judged in the goal "
+        "table above.)", "",
         f"- **Job side — {job_ok}.** What the Spark job itself pays "
         "(under Airflow `begin` runs in the submit task and `commit` in the commit task, "
         f"outside the job): `txn.precommit()` adds, in % of the plain write's time, {job}.",
@@ -286,11 +363,14 @@ def target_lines(spark: dict[str, Any], summ: dict[int, dict[str, dict[str, floa
         (f" Identical plain writes varied {spreads} between repetitions on this shared "
          f"machine, so an end-to-end ratio cannot resolve {pct:.0f} % here, either way; the "
          "directly timed overheads above are the figures to judge." if noisy else ""),
-        "- **Conditions**: local disk (ext4), 2 tasks writing 2 Parquet files per epoch, "
-        "`local[2]` on 2 cores shared with other work. The commit's cost grows with the "
-        "number of files (section 1) and, on S3, with one "
-        "server-side copy per file (section 2); this Spark run exercises neither, so the "
-        "figures hold for few large files on a local or rename-capable file system.",
+        f"- **Conditions**: local disk (ext4), {' or '.join(str(f) for f in files)} tasks "
+        "each writing one Parquet file per epoch, `local[2]` on 2 cores shared with other "
+        "work. The commit's cost grows with the number of files (section 1) and, on S3, "
+        "with one server-side copy per file (section 3); "
+        + ("the many-files cases exercise the per-file costs of a local commit, not S3's."
+           if any(f >= MANY_FILES for f in files) else
+           "this Spark run exercises neither, so the figures hold for few large files on a "
+           "local or rename-capable file system."),
     ]
     return lines
 
