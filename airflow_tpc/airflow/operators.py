@@ -24,6 +24,7 @@ from typing import cast as typing_cast
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset
+from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_tpc import DeliveryGuarantee, InvalidState, TpcError, Transaction
 from airflow_tpc.airflow.base import TpcBaseOperator, tpc_template_fields
@@ -505,6 +506,12 @@ class AbortOperator(TpcBaseOperator):
 
     Besides the latest attempt named in XCom, every undecided attempt of the epoch
     begun by *this* DAG run is aborted (earlier tries whose XCom is gone).
+
+    :param fail_run: for an abort that is the run's *outcome* rather than its cleanup (a
+        rejection at the approval gate): after aborting, the task fails with
+        ``AirflowFailException`` (no retry), so the DAG run ends failed and the rejection
+        is not mistaken for success.  An error of the abort itself is raised as it is (and
+        retried as the task's ``retries`` say); rerunning the task aborts nothing twice.
     """
 
     template_fields: Sequence[str] = tpc_template_fields("submit_task_id", "reason")
@@ -512,22 +519,31 @@ class AbortOperator(TpcBaseOperator):
 
     def __init__(self, *, submit_task_id: str,
                  reason: str = "aborted by the DAG run ({{ ti.task_id }})",
-                 trigger_rule: str = "one_failed", **kwargs: Any) -> None:
+                 trigger_rule: str = "one_failed", fail_run: bool = False,
+                 **kwargs: Any) -> None:
         super().__init__(trigger_rule=trigger_rule, **kwargs)
         self.submit_task_id = submit_task_id
         self.reason = reason
+        self.fail_run = fail_run
 
     def execute(self, context: Context) -> dict[str, Any]:
         doc = pull_txn(context, self.submit_task_id)
         if not doc:
             self.log.info("No transaction was begun by %s in this run: nothing to abort",
                           self.submit_task_id)
-            return {"aborted": [], "committed": []}
-        ti = context["ti"]
-        result = self.tpc_hook.abort_run(doc, ti.dag_id, ti.run_id, str(self.reason))
-        if result["committed"]:
-            self.log.warning("Not aborted (already COMMITTED): %s. If a commit task failed after "
-                             "its decision, re-run it to finish the promotion.",
-                             result["committed"])
-        self.log.info("Aborted %s", result["aborted"] or "nothing (already decided)")
+            result: dict[str, Any] = {"aborted": [], "committed": []}
+        else:
+            ti = context["ti"]
+            result = self.tpc_hook.abort_run(doc, ti.dag_id, ti.run_id, str(self.reason))
+            if result["committed"]:
+                self.log.warning("Not aborted (already COMMITTED): %s. If a commit task failed "
+                                 "after its decision, re-run it to finish the promotion.",
+                                 result["committed"])
+            self.log.info("Aborted %s", result["aborted"] or "nothing (already decided)")
+        if self.fail_run:
+            context["ti"].xcom_push(key="return_value", value=result)
+            raise AirflowFailException(
+                f"{self.reason}: the run's transaction was aborted "
+                f"({', '.join(result['aborted']) or 'nothing left to abort'}); "
+                "failing the run so the epoch is not taken as committed")
         return result

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow.providers.standard.operators.empty import EmptyOperator
-from airflow.sdk import Asset, TaskGroup
+from airflow.sdk import Asset, BaseOperator, TaskGroup
 
 from airflow_tpc import SinkConfig
 from airflow_tpc.airflow.operators import (
@@ -44,10 +44,11 @@ def exactly_once_spark_group(
 
     Tasks (ids inside the group): ``submit`` (begin + spark-submit), ``wait_precommit``,
     optionally ``approve`` (a human picks Commit or Abort in the UI; Abort runs
-    ``abort_rejected``), ``commit`` (emits the target's Asset event), ``abort`` (runs
-    when any of the others fails or is marked failed) and ``committed``, the group's
-    leaf, which succeeds only when the epoch was committed (so the run fails after an
-    abort, and ``group >> next_task`` continues on committed data only).
+    ``abort_rejected``, which aborts and then fails the run), ``commit`` (emits the
+    target's Asset event), ``abort`` (runs when any of the others fails or is marked
+    failed) and ``committed``, the group's leaf, which succeeds only when the epoch was
+    committed (so the run fails after an abort or a rejection, and ``group >> next_task``
+    continues on committed data only).
     ``spark_kwargs`` go to SparkSubmitOperator (``application_args``, ``conf``,
     ``py_files``, ``retries`` ...).
 
@@ -61,38 +62,81 @@ def exactly_once_spark_group(
         submit = StagedSparkSubmitOperator(task_id="submit", application=application,
                                            epoch=epoch, conn_id=conn_id, **shared,
                                            **(submit_kwargs or {}), **spark_kwargs)
-        wait = PrecommitSensor(task_id="wait_precommit", submit_task_id=submit.task_id,
-                               mode=sensor_mode, deferrable=deferrable,
-                               poke_interval=poke_interval, timeout=sensor_timeout, **shared)
-        commit = CommitOperator(task_id="commit", sensor_task_id=wait.task_id,
-                                outlets=outlets if outlets is not None else [target_asset(target)],
-                                **shared)
-        abort = AbortOperator(task_id="abort", submit_task_id=submit.task_id, **shared)
-        # The group's single leaf: succeeds only if the epoch was committed, so the DAG run
-        # fails when an abort ran (abort itself succeeds) and `group >> next_task` runs
-        # next_task only on committed data (abort, skipped on success, is not a leaf).
-        committed = EmptyOperator(task_id="committed",
-                                  trigger_rule="none_failed_min_one_success")
-        [commit, abort] >> committed
-        submit >> wait
-        if approval:
-            from airflow.providers.standard.operators.hitl import HITLBranchOperator
-
-            reject = AbortOperator(task_id="abort_rejected", submit_task_id=submit.task_id,
-                                   trigger_rule="all_success",
-                                   reason="rejected at the approval gate", **shared)
-            gate = HITLBranchOperator(
-                task_id="approve",
-                subject=approval_subject or f"Commit {namespace} epoch {epoch}?",
-                body="The job pre-committed {{ ti.xcom_pull(task_ids='" + wait.task_id
-                     + "')['files'] }} files ({{ ti.xcom_pull(task_ids='" + wait.task_id
-                     + "')['rows'] }} rows) for {{ ti.xcom_pull(task_ids='" + wait.task_id
-                     + "')['txn_id'] }}. Commit publishes them; Abort discards them.",
-                options=["Commit", "Abort"],
-                options_mapping={"Commit": commit.task_id, "Abort": reject.task_id})
-            wait >> gate >> [commit, reject]
-            [submit, wait, gate, commit] >> abort
-        else:
-            wait >> commit
-            [submit, wait, commit] >> abort
+        exactly_once_tasks(submit, outlets=outlets, sensor_mode=sensor_mode,
+                           deferrable=deferrable, poke_interval=poke_interval,
+                           sensor_timeout=sensor_timeout, approval=approval,
+                           approval_subject=approval_subject, epoch=epoch, **shared)
     return group
+
+
+def exactly_once_tasks(
+    submit: BaseOperator,
+    *,
+    target: str,
+    namespace: str,
+    storage_conn_id: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    sink_config: SinkConfig | dict[str, Any] | None = None,
+    outlets: list[Asset] | None = None,
+    sensor_mode: str = "poke",
+    deferrable: bool = False,
+    poke_interval: float = 5,
+    sensor_timeout: float = 6 * 3600,
+    approval: bool = False,
+    approval_subject: str | None = None,
+    epoch: str = DEFAULT_EPOCH,
+) -> dict[str, BaseOperator]:
+    """The protocol's tasks after ``submit``, wired as :func:`exactly_once_spark_group` does.
+
+    ``submit`` is a task that begins the transaction and pushes it to XCom under
+    ``tpc_txn`` (as :class:`StagedSparkSubmitOperator` does); use this for a job that is
+    not a spark-submit.  Call it inside the DAG (or TaskGroup) holding ``submit``.
+    Returns the tasks by id: ``wait_precommit``, ``commit``, ``abort``, ``committed`` and,
+    with ``approval``, ``approve`` and ``abort_rejected``.
+
+    A rejection at the gate (*Abort*) runs ``abort_rejected``: it aborts the run's
+    attempts, then fails (no retry), so ``committed`` is upstream_failed and the DAG run
+    ends *failed*, as after any other abort.  The ``abort`` task does not run for it: the
+    transaction is aborted once.
+    """
+    shared = {"target": target, "namespace": namespace, "storage_conn_id": storage_conn_id,
+              "storage_options": storage_options, "sink_config": sink_config}
+    wait = PrecommitSensor(task_id="wait_precommit", submit_task_id=submit.task_id,
+                           mode=sensor_mode, deferrable=deferrable,
+                           poke_interval=poke_interval, timeout=sensor_timeout, **shared)
+    commit = CommitOperator(task_id="commit", sensor_task_id=wait.task_id,
+                            outlets=outlets if outlets is not None else [target_asset(target)],
+                            **shared)
+    abort = AbortOperator(task_id="abort", submit_task_id=submit.task_id, **shared)
+    # The single leaf: succeeds only if the epoch was committed, so the DAG run fails when
+    # an abort ran (abort itself succeeds; abort_rejected fails) and `group >> next_task`
+    # runs next_task only on committed data (abort, skipped on success, is not a leaf).
+    committed = EmptyOperator(task_id="committed", trigger_rule="none_failed_min_one_success")
+    tasks: dict[str, BaseOperator] = {"wait_precommit": wait, "commit": commit,
+                                      "abort": abort, "committed": committed}
+    [commit, abort] >> committed
+    submit >> wait
+    if approval:
+        from airflow.providers.standard.operators.hitl import HITLBranchOperator
+
+        reject = AbortOperator(task_id="abort_rejected", submit_task_id=submit.task_id,
+                               trigger_rule="all_success", fail_run=True,
+                               reason="rejected at the approval gate", **shared)
+        gate = HITLBranchOperator(
+            task_id="approve",
+            subject=approval_subject or f"Commit {namespace} epoch {epoch}?",
+            body="The job pre-committed {{ ti.xcom_pull(task_ids='" + wait.task_id
+                 + "')['files'] }} files ({{ ti.xcom_pull(task_ids='" + wait.task_id
+                 + "')['rows'] }} rows) for {{ ti.xcom_pull(task_ids='" + wait.task_id
+                 + "')['txn_id'] }}. Commit publishes them; Abort discards them and fails "
+                 "the run.",
+            options=["Commit", "Abort"],
+            options_mapping={"Commit": commit.task_id, "Abort": reject.task_id})
+        wait >> gate >> [commit, reject]
+        reject >> committed
+        [submit, wait, gate, commit] >> abort
+        tasks.update(approve=gate, abort_rejected=reject)
+    else:
+        wait >> commit
+        [submit, wait, commit] >> abort
+    return tasks
