@@ -5,11 +5,14 @@
     airflow-tpc abort   TARGET --epoch E [--attempt N] [--reason TEXT]
     airflow-tpc recover TARGET [--abort-undecided] [--ignore-failures-after-timeout]
     airflow-tpc gc      TARGET
+    airflow-tpc --version
 
 S3 endpoints and credentials come from the environment (``AWS_ENDPOINT_URL``,
-``AWS_ACCESS_KEY_ID``, ...) or ``--endpoint-url``; they are never printed.
-The namespace defaults to the one the target was claimed by; acting on a target
-as another namespace needs ``--allow-foreign-namespace``.
+``AWS_ACCESS_KEY_ID``, ...) or ``--endpoint-url``; they are never printed.  An
+unreachable endpoint fails within seconds (``--connect-timeout``, ``--max-attempts``)
+with one ``error:`` line.  ``recover`` and ``gc`` report each epoch they reach on
+stderr (``--quiet``: not).  The namespace defaults to the one the target was claimed
+by; acting on a target as another namespace needs ``--allow-foreign-namespace``.
 """
 
 from __future__ import annotations
@@ -18,35 +21,153 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
-from typing import Any
+import threading
+from typing import Any, TextIO
 
+from . import __version__
 from .errors import TpcError
 from .ledger import check_attempt
 from .sink import Sink
+from .storage import open_storage
+from .storage.s3 import redact_endpoint_url
 from .transaction import SinkConfig
+
+#: The CLI's S3 client budget (the library's defaults suit long-running tasks: 10 attempts,
+#: 10 s connect timeout, which made an unreachable endpoint a minute and more of silence).
+CONNECT_TIMEOUT_S = 5.0
+READ_TIMEOUT_S = 60.0
+MAX_ATTEMPTS = 3
 
 
 def _storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
-    """Endpoint and region for an object store (a local target has no use for them)."""
-    options: dict[str, Any] = {}
+    """Endpoint, region and client budget for an object store (a local target ignores them)."""
+    options: dict[str, Any] = {"connect_timeout": args.connect_timeout,
+                               "read_timeout": args.read_timeout,
+                               "max_attempts": args.max_attempts}
     endpoint = args.endpoint_url or os.environ.get("AWS_ENDPOINT_URL")
     if endpoint:
         options["endpoint_url"] = endpoint
     if os.environ.get("AWS_DEFAULT_REGION"):
         options["region_name"] = os.environ["AWS_DEFAULT_REGION"]
-    return options or None
+    return options
 
 
 def open_sink(target: str, namespace: str | None, storage_options: dict[str, Any] | None,
-              **config: Any) -> Sink:
-    """A Sink for an existing target; the namespace defaults to the target's claim."""
+              progress: EpochProgress | None = None, **config: Any) -> Sink:
+    """A Sink for an existing target; the namespace defaults to the target's claim.
+
+    With ``progress``, the Sink's requests go through it (it reports each epoch reached).
+    """
+    sink_config = SinkConfig(**config)
+    storage = open_storage(target, storage_options, copy_workers=sink_config.copy_workers)[0]
     if namespace is None:
-        probe = Sink(target, "_inspect", storage_options=storage_options)
+        probe = Sink(target, "_inspect", storage=storage)
         namespace = probe.claimed_namespace()
         if namespace is None:
             raise TpcError(f"{probe.target} has no airflow-tpc ledger (no _tpc/sink.json)")
-    return Sink(target, namespace, storage_options=storage_options, config=SinkConfig(**config))
+    if progress is not None:
+        storage = progress.wrap(storage)
+    return Sink(target, namespace, storage=storage, config=sink_config)
+
+
+#: An epoch in a store path: the layout names every epoch's folder ``epoch=<E>`` (ledger,
+#: staging, published data) and pending-index entries ``epoch=<E>,attempt=<N>``.
+_EPOCH_IN_PATH = re.compile(r"(?:^|/)epoch=([A-Za-z0-9][A-Za-z0-9._-]*)")
+#: Store methods that only name things: no request, no progress.
+_NAMING = frozenset({"uri", "join", "spark_uri", "lineage_name", "browser_url"})
+
+
+class EpochProgress:
+    """Reports on a stream, once per epoch, each epoch a long command reaches.
+
+    It watches the requests the Sink makes through the store (a delegating wrapper, as
+    the store injection of :class:`Sink` allows): the first listing of the ledger gives
+    the number of epochs; each request naming a new epoch prints
+    ``<command>: epoch <E> (<k>/<N>)``.  It never prints a credential: only epochs.
+    """
+
+    def __init__(self, command: str, stream: TextIO) -> None:
+        self.command = command
+        self.stream = stream
+        self.known: set[str] = set()
+        self.reached: list[str] = []
+        self._lock = threading.Lock()
+
+    def wrap(self, storage: Any) -> Any:
+        return _ObservedStore(storage, self)
+
+    def _saw(self, args: tuple[Any, ...], result: Any) -> None:
+        with self._lock:
+            if isinstance(result, list):  # a listing: learn the epochs that exist
+                for item in result:
+                    m = _EPOCH_IN_PATH.search(str(getattr(item, "path", item)))
+                    if m:
+                        self.known.add(m.group(1))
+            for arg in args:
+                m = _EPOCH_IN_PATH.search(arg) if isinstance(arg, str) else None
+                if m and m.group(1) not in self.reached:
+                    self.reached.append(m.group(1))
+                    self.known.add(m.group(1))
+                    print(f"{self.command}: epoch {m.group(1)} "
+                          f"({len(self.reached)}/{len(self.known)})", file=self.stream,
+                          flush=True)
+
+
+class _ObservedStore:
+    """A store that tells an :class:`EpochProgress` what each request names."""
+
+    def __init__(self, inner: Any, progress: EpochProgress) -> None:
+        self._inner = inner
+        self._progress = progress
+
+    def __repr__(self) -> str:
+        return repr(self._inner)
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if name.startswith("_") or name in _NAMING or not callable(attr) \
+                or isinstance(attr, type):
+            return attr
+
+        def observed(*args: Any, **kwargs: Any) -> Any:
+            result = attr(*args, **kwargs)
+            self._progress._saw(args, result)
+            return result
+
+        return observed
+
+
+def _connection_error(exc: BaseException) -> BaseException | None:
+    """The client's "could not connect" error behind ``exc`` (raised, cause or context)."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        err = todo.pop()
+        if err is None or id(err) in seen:
+            continue
+        seen.add(id(err))
+        names = {t.__name__ for t in type(err).__mro__}
+        if names & {"EndpointConnectionError", "ConnectTimeoutError"}:
+            return err
+        todo += [err.__cause__, err.__context__]
+    return None
+
+
+def _unreachable_message(exc: BaseException, args: argparse.Namespace,
+                         options: dict[str, Any] | None) -> str | None:
+    """One line for an endpoint that could not be reached (the endpoint shown redacted)."""
+    err = _connection_error(exc)
+    if err is None:
+        return None
+    endpoint = (options or {}).get("endpoint_url")
+    where = f"the S3 endpoint {redact_endpoint_url(endpoint)}" if endpoint \
+        else "the default S3 endpoint"
+    detail = f" ({exc})" if isinstance(exc, TpcError) else ""
+    return (f"cannot connect to {where}: {type(err).__name__} after {args.max_attempts} "
+            f"attempt(s), connect timeout {args.connect_timeout:g} s{detail}. Check "
+            "--endpoint-url / AWS_ENDPOINT_URL and the network.")
 
 
 def _attempt(text: str) -> int:
@@ -136,32 +257,84 @@ def cmd_gc(sink: Sink, args: argparse.Namespace) -> Any:
     return {"cleaned": cleaned} if args.json else f"removed staging of {len(cleaned)} attempt(s)"
 
 
+def _positive(kind: type) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text!r} must be above 0")
+        return value
+    parse.__name__ = kind.__name__
+    return parse
+
+
+#: name -> (function, one-line help, description)
+COMMANDS = {
+    "list": (cmd_list, "every transaction of the target",
+             "Every transaction (epoch, attempt) of the target: state, files, bytes, rows, "
+             "age, staging left. Reads only."),
+    "status": (cmd_status, "what is committed per epoch",
+               "Per epoch: the attempt readers see, its files, rows and bytes, how many "
+               "attempts there were and how many are still undecided. Reads only."),
+    "abort": (cmd_abort, "abort an epoch's latest (or a given) attempt",
+              "Abort one attempt of an epoch: its staging is deleted and a job still "
+              "running from it can never pre-commit. A COMMITTED attempt is refused."),
+    "recover": (cmd_recover, "roll decided commits forward, abort stale attempts",
+                "What a restart does: finish every decided commit (roll forward), abort "
+                "superseded and expired attempts, remove staging of finished ones. "
+                "Reports each epoch it reaches on stderr."),
+    "gc": (cmd_gc, "remove staging of finished transactions",
+           "Remove staging left by finished (committed or aborted) transactions. Reports "
+           "each epoch it reaches on stderr."),
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="airflow-tpc", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    commands = {
-        "list": (cmd_list, "every transaction of the target"),
-        "status": (cmd_status, "what is committed per epoch"),
-        "abort": (cmd_abort, "abort an epoch's latest (or a given) attempt"),
-        "recover": (cmd_recover, "roll decided commits forward, abort stale attempts"),
-        "gc": (cmd_gc, "remove staging of finished transactions"),
-    }
-    for name, (fn, help_text) in commands.items():
-        p = sub.add_parser(name, help=help_text)
+    parser = argparse.ArgumentParser(
+        prog="airflow-tpc", description=__doc__.split("\n")[0],
+        epilog="Run 'airflow-tpc COMMAND --help' for a command's options. Exit codes: 0 done, "
+               "2 refused or failed (one 'error:' line on stderr).")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}",
+                        help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                title="commands", help="what to do with TARGET")
+    for name, (fn, help_text, description) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=description)
         p.set_defaults(fn=fn)
         p.add_argument("target", help="target URI: /abs/path, file:///..., s3://bucket/prefix")
-        p.add_argument("--namespace", help="sink namespace (default: the target's owner)")
-        p.add_argument("--endpoint-url", help="S3 endpoint (default: $AWS_ENDPOINT_URL)")
-        p.add_argument("--json", action="store_true", help="print JSON")
+        p.add_argument("--namespace", help="sink namespace (default: the one that claimed the "
+                                           "target)")
+        p.add_argument("--json", action="store_true", help="print JSON on stdout")
+        s3 = p.add_argument_group("S3 (credentials from AWS_* environment variables)")
+        s3.add_argument("--endpoint-url", help="S3 endpoint (default: $AWS_ENDPOINT_URL)")
+        s3.add_argument("--connect-timeout", type=_positive(float), default=CONNECT_TIMEOUT_S,
+                        metavar="SECONDS",
+                        help=f"give up connecting to S3 after this long (default "
+                             f"{CONNECT_TIMEOUT_S:g})")
+        s3.add_argument("--read-timeout", type=_positive(float), default=READ_TIMEOUT_S,
+                        metavar="SECONDS",
+                        help=f"give up waiting for an S3 answer after this long (default "
+                             f"{READ_TIMEOUT_S:g})")
+        s3.add_argument("--max-attempts", type=_positive(int), default=MAX_ATTEMPTS,
+                        metavar="N",
+                        help=f"attempts per S3 request, first one included (default "
+                             f"{MAX_ATTEMPTS})")
         if name in ("abort", "recover", "gc"):
             p.add_argument("--allow-foreign-namespace", action="store_true",
                            help="act on a target claimed by another namespace than --namespace")
-        if name in ("list", "abort"):
-            p.add_argument("--epoch", required=name == "abort")
+        if name in ("recover", "gc"):
+            p.add_argument("-q", "--quiet", action="store_true",
+                           help="no progress lines (epoch reached) on stderr")
+        if name == "list":
+            p.add_argument("--epoch", help="only this epoch's transactions")
         if name == "abort":
+            p.add_argument("--epoch", required=True, help="the epoch whose attempt to abort")
             p.add_argument("--attempt", type=_attempt,
                            help="the attempt to abort (default: the epoch's latest)")
-            p.add_argument("--reason", default="aborted from the command line")
+            p.add_argument("--reason", default="aborted from the command line",
+                           help="recorded in the abort decision (default: %(default)r)")
         if name == "recover":
             p.add_argument("--abort-undecided", action="store_true",
                            help="abort every undecided attempt (no writer is alive)")
@@ -173,13 +346,19 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+    options = _storage_options(args)
+    progress = EpochProgress(args.command, sys.stderr) \
+        if args.command in ("recover", "gc") and not args.quiet else None
     try:
         config = {"allow_foreign_namespace": True} \
             if getattr(args, "allow_foreign_namespace", False) else {}
-        sink = open_sink(args.target, args.namespace, _storage_options(args), **config)
+        sink = open_sink(args.target, args.namespace, options, progress=progress, **config)
         out = args.fn(sink, args)
-    except TpcError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except Exception as exc:
+        message = _unreachable_message(exc, args, options)
+        if message is None and not isinstance(exc, TpcError):
+            raise
+        print(f"error: {message or exc}", file=sys.stderr)
         return 2
     print(json.dumps(out, indent=1, default=str) if args.json else out)
     return 0
@@ -187,4 +366,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
-
