@@ -464,10 +464,16 @@ class CommitOperator(TpcBaseOperator):
                              exc)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
-        """Output dataset + statistics for OpenLineage (only if that provider is installed)."""
+        """The target as an OpenLineage output dataset (only if that provider is installed).
+
+        Named as its store names datasets (``storage_class(target).lineage_name``: ``s3://
+        bucket`` + key prefix, ``file`` + absolute path), with the ``outputStatistics``
+        facet (rows, bytes, files) of the commit this try made or found; an
+        ``OutputDataset`` (plain ``Dataset`` takes no output facets).
+        """
         try:
             from airflow.providers.common.compat.openlineage.facet import (
-                Dataset,
+                OutputDataset,
                 OutputStatisticsOutputDatasetFacet,
             )
             from airflow.providers.openlineage.extractors import OperatorLineage
@@ -475,13 +481,13 @@ class CommitOperator(TpcBaseOperator):
             return None
         summary = task_instance.xcom_pull(task_ids=task_instance.task_id, key=COMMIT_XCOM_KEY)
         namespace, name = _lineage_name(self.target)
-        facets = {}
+        output_facets = {}
         if summary:
-            facets["outputStatistics"] = OutputStatisticsOutputDatasetFacet(
+            output_facets["outputStatistics"] = OutputStatisticsOutputDatasetFacet(
                 rowCount=summary.get("rows"), size=summary.get("bytes"),
                 fileCount=summary.get("files"))
-        return OperatorLineage(outputs=[Dataset(namespace=namespace, name=name,
-                                                outputFacets=facets)])
+        return OperatorLineage(outputs=[OutputDataset(namespace=namespace, name=name,
+                                                      outputFacets=output_facets)])
 
 
 def _lineage_name(target: str) -> tuple[str, str]:
