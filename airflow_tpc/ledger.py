@@ -1,19 +1,24 @@
 """The durable ledger stored beside the data, and the layout of a target.
 
 Each transaction (namespace, epoch, attempt) owns a folder of small JSON
-records, each written at most once with put-if-absent::
+records, each written at most once with put-if-absent (docs/PROTOCOL.md §2-§3)::
 
     <target>/_tpc/sink.json                                          namespace claim
+    <target>/_tpc/promote.lock                                       (local) promotion flock
     <target>/_tpc/ledger/epoch=<E>/attempt=<NNNNNN>/begin.json       OPEN, fencing number
     <target>/_tpc/ledger/epoch=<E>/attempt=<NNNNNN>/decision.json    the commit point
     <target>/_tpc/ledger/epoch=<E>/attempt=<NNNNNN>/published.json   promotion finished
     <target>/_tpc/ledger/epoch=<E>/attempt=<NNNNNN>/superseded.json  a higher commit won
     <target>/_tpc/ledger/epoch=<E>/attempt=<NNNNNN>/abandoned.json   roll-forward given up
     <target>/_tpc/ledger/epoch=<E>/attempt=<NNNNNN>/closed.json      an abort carried out
-    <target>/_tpc/pending/epoch=<E>,attempt=<NNNNNN>                   decided, not finished
+    <target>/_tpc/pending/epoch=<E>,attempt=<NNNNNN>                 decided, not finished
     <target>/_tpc/pending/index.json                                 the index is complete
-    <target>/_tpc/staging/epoch=<E>/attempt=<NNNNNN>/...             the attempt's files
+    <target>/_tpc/staging/epoch=<E>/attempt=<NNNNNN>/...             the attempt's files,
+        .../_tpc_fingerprints.json, then .../_tpc_manifest.json      sealed at pre-commit
     <target>/epoch=<E>/_tpc_published.json                           what readers read
+
+The pending-index entries are the exception to "written once": hints written
+with a plain put and removed with a delete (below, and PROTOCOL.md §5.8).
 
 Which records exist is enough to know most of a transaction's state, so one
 recursive listing of the ledger answers "what is unfinished" without reading
@@ -63,8 +68,9 @@ ATTEMPT_DIR_RE = re.compile(r"attempt=([0-9]{6,})")
 PENDING_ENTRY_RE = re.compile(r"epoch=([^,/]+),attempt=([0-9]{6,})")
 PENDING_INDEX = "index.json"
 _ATTEMPT_TEXT_RE = re.compile(r"[0-9]{1,12}")
-#: Records other than a commit decision are a few hundred bytes; a commit decision
-#: embeds the manifest.  Larger records are refused before they are parsed.
+#: Records are a few hundred bytes (a version-2 commit decision names its manifest by
+#: digest); only a version-1 decision embeds the manifest, hence MAX_DECISION_BYTES.
+#: Larger records are refused before they are parsed.
 MAX_RECORD_BYTES = 1024 * 1024
 MAX_DECISION_BYTES = MAX_MANIFEST_BYTES + MAX_RECORD_BYTES
 
@@ -177,7 +183,8 @@ class AttemptRecords:
 
 
 class Ledger:
-    """Reads and writes ledger records; every write is put-if-absent, every read checked."""
+    """Reads and writes ledger records (every write put-if-absent, every read checked),
+    and keeps the pending index beside them."""
 
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
@@ -186,8 +193,8 @@ class Ledger:
 
     @staticmethod
     def encode(doc: dict[str, Any]) -> bytes:
-        # Compact: a decision embeds the whole manifest (~190 B a file), and json's C
-        # encoder only runs without ``indent`` (pretty-printing took ~40% of a commit).
+        # Compact and canonical (sorted keys, no whitespace): concurrent writers of one
+        # record produce the same bytes, and json's C encoder only runs without ``indent``.
         return canonical_json(doc)
 
     def read(self, epoch: str, attempt: int, kind: str) -> Record | None:

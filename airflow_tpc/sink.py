@@ -57,7 +57,7 @@ from .staging import (
     on_threads,
     verify_against_storage,
 )
-from .storage import Storage, open_storage
+from .storage import ObjectInfo, Storage, open_storage
 from .transaction import (
     AttemptStatus,
     CommitResult,
@@ -236,8 +236,15 @@ class Sink:
 
     # -------------------------------------------------------------- precommit
     def precommit(self, txn: Transaction, *, rows: dict[str, int] | None = None,
-                  checksums: dict[str, str] | None = None) -> Manifest:
-        """Seal the attempt's staging: list it, write the manifest last.  Idempotent."""
+                  checksums: dict[str, str] | None = None,
+                  listing: list[ObjectInfo] | None = None) -> Manifest:
+        """Seal the attempt's staging: list it, write the manifest last.  Idempotent.
+
+        What the job side already knows is handed over rather than redone: ``rows``
+        and ``checksums`` (by relative path) measured where the bytes were written,
+        and ``listing``, a recursive listing of staging it made moments ago (the
+        files, sizes and fingerprints sealed are the ones it shows).
+        """
         self._check_own(txn)
         attempts = self.ledger.scan(txn.epoch).get(txn.epoch, {})
         self._fence(txn, attempts, "pre-commit")
@@ -251,7 +258,7 @@ class Sink:
                               "damaged)")
         self._warn_age(txn)
         staging = self.layout.check_staging(txn.epoch, txn.attempt)
-        staged = list_staged(self.storage, staging)
+        staged = list_staged(self.storage, staging, listing)
         existing = self.read_manifest(txn)
         if existing is not None:
             if {f.path: f.size for f in existing.files} == {k: v.size for k, v in staged.items()}:
@@ -320,6 +327,12 @@ class Sink:
             highest_attempt=max(attempts, default=txn.attempt),
             reason=decision.reason if isinstance(decision, AbortDecision) else None,
             manifest=manifest)
+
+    def is_published(self, txn: Transaction) -> bool:
+        """Whether the attempt's promotion finished (``published.json``): one listing of
+        the epoch's ledger.  The commit task asks it to know if an Asset event is owed."""
+        rec = self.ledger.scan(txn.epoch).get(txn.epoch, {}).get(txn.attempt)
+        return rec is not None and PUBLISHED in rec.kinds
 
     # ----------------------------------------------------------------- commit
     def commit(self, txn: Transaction, *, expected_digest: str | None = None,

@@ -56,8 +56,10 @@ def is_hidden(relpath: str) -> bool:
             or relpath.endswith(".crc"))
 
 
-def list_staged(storage: Storage, staging: str) -> dict[str, ObjectInfo]:
-    """Visible files in staging, by path relative to it.
+def list_staged(storage: Storage, staging: str,
+                listing: list[ObjectInfo] | None = None) -> dict[str, ObjectInfo]:
+    """Visible files in staging, by path relative to it (``listing``: a recursive
+    listing of ``staging`` the caller made moments ago, instead of listing again).
 
     Refused, hidden or not (a local promotion moves the whole folder): symlinks
     and hard-linked files, whose bytes live outside staging too.  Refused when
@@ -68,7 +70,7 @@ def list_staged(storage: Storage, staging: str) -> dict[str, ObjectInfo]:
     """
     out: dict[str, ObjectInfo] = {}
     prefix = staging.rstrip("/") + "/"
-    for info in storage.list(staging):
+    for info in storage.list(staging) if listing is None else listing:
         rel = info.path[len(prefix):] if info.path.startswith(prefix) else None
         if rel is None or rel == MANIFEST_NAME:
             continue

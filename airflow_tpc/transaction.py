@@ -51,7 +51,8 @@ class SinkConfig:
     timeout_s: a transaction older than this is EXPIRED: recover aborts it and
         commit refuses it unless forced.  Must exceed the DAG's interval plus its
         longest restart, or pre-committed data is thrown away (loudly).
-    warn_fraction: log a warning once a transaction passes this fraction of it.
+    warn_fraction: past this fraction of it, every pre-commit, commit and recover of
+        the transaction logs a warning.
     promotion: "move" publishes files under ``<target>/epoch=<E>/`` (a directory
         swap locally, parallel server-side copies on S3); "manifest" publishes the
         list only and leaves files where they were staged (zero copy).

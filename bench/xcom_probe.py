@@ -56,7 +56,7 @@ def main() -> int:
                                      namespace=req["namespace"], submit_task_id="submit",
                                      sink_config=SinkConfig(verify="size"))
             start = time.perf_counter()
-            pointer = sensor._pointer(req["txn"])
+            pointer = sensor._pointer(sensor.tpc_hook.check_precommit(req["txn"]))
             seconds = time.perf_counter() - start
             reply({"pointer": pointer, "json_bytes": len(json.dumps(pointer)),
                    "seconds": seconds})

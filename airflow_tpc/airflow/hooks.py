@@ -331,9 +331,9 @@ class TpcHook(BaseHook):
         """
         sink = self.get_sink()
         txn = sink.transaction(pointer["epoch"], int(pointer["attempt"]))
-        before = {i.attempt: i for i in sink.describe(txn.epoch)}.get(txn.attempt)
+        was_published = sink.is_published(txn)  # one ledger listing, not describe()
         result = sink.commit(txn, expected_digest=pointer["digest"], force=force)
-        return CommitOutcome(txn, result, bool(before and before.published))
+        return CommitOutcome(txn, result, was_published)
 
     def run_attempts(self, txn_doc: dict[str, Any], dag_id: str, run_id: str) -> list[TxnInfo]:
         """The attempts of the XCom's epoch that this DAG run owns: the one the XCom names,

@@ -337,7 +337,7 @@ class JobTransaction:
             return sink.precommit(self.txn)  # sealed already: the core returns it (or refuses)
         staging = sink.layout.staging(self.epoch, self.attempt)
         listing = sink.storage.list(staging)
-        staged = list_staged(sink.storage, staging)
+        staged = list_staged(sink.storage, staging, listing)
         rows: dict[str, int] = {}
         checksums: dict[str, str] = {}
         measured = self._measured_by_writers(sink, listing)
@@ -348,7 +348,8 @@ class JobTransaction:
                     rows[rel] = nrows
         unmeasured = [info for rel, info in staged.items() if rel not in checksums]
         checksums.update(_hash_parallel(sink, staging, unmeasured))
-        return sink.precommit(self.txn, rows=rows or None, checksums=checksums or None)
+        return sink.precommit(self.txn, rows=rows or None, checksums=checksums or None,
+                              listing=listing)
 
     def _measured_by_writers(self, sink: Sink, listing: list[Any]
                              ) -> dict[str, tuple[str, int, int | None]]:

@@ -160,6 +160,20 @@ def test_state_is_derived_in_one_place():
     assert derive_state({DECISION, "abandoned"}, commit, sealed=False) is TxnState.ABANDONED
 
 
+def test_is_published_is_one_listing(tmp_path):
+    target = str(tmp_path / "t")
+    sink = Sink(target, "records")
+    txn, _ = stage(sink, "1", {"a.parquet": b"1"})
+    assert not sink.is_published(txn)
+    with armed("commit.before_published"), pytest.raises(InjectedCrash):
+        sink.commit(txn)  # decided and promoted, published.json not yet written
+    assert not sink.is_published(txn)
+    sink.commit(txn)
+    counting = CountingReads(sink.storage)
+    assert Sink(target, "records", storage=counting).is_published(txn)
+    assert counting.reads == []  # the listing says it: nothing is read
+
+
 def test_poll_answers_what_a_sensor_needs_cheaply(tmp_path):
     target = str(tmp_path / "t")
     sink = Sink(target, "records")

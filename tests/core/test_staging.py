@@ -39,3 +39,34 @@ def test_configured_staging_root_on_same_store(tmp_path):
     sink.commit(txn)
     assert_invariant(sink, {"1": [b"A"]}, open_staging_ok=False)
     assert not list((tmp_path / "scratch").rglob("*.parquet"))
+
+
+def test_precommit_takes_the_job_sides_listing(tmp_path):
+    """The job side hands over the listing it made (with its writer checksums), so
+    staging is listed once per pre-commit, not once per layer."""
+    from airflow_tpc import Sink
+
+    from .helpers import write_staged
+
+    sink = Sink(str(tmp_path / "t"), "seam")
+    txn = sink.begin("1")
+    write_staged(sink, txn, {"a.parquet": b"aaa", "p=1/b.parquet": b"bb"})
+    staging = sink.layout.staging("1", 1)
+    listing = sink.storage.list(staging)
+    lists: list[str] = []
+    real_list = sink.storage.list
+
+    def counted(prefix):
+        lists.append(prefix)
+        return real_list(prefix)
+
+    sink.storage.list = counted
+    try:
+        manifest = sink.precommit(txn, listing=listing,
+                                  checksums={"a.parquet": "md5:47bce5c74f589f4867dbd57e9ca9f808"})
+    finally:
+        del sink.storage.list
+    assert [p for p in lists if p.rstrip("/") == staging.rstrip("/")] == []
+    assert {f.path: f.size for f in manifest.files} == {"a.parquet": 3, "p=1/b.parquet": 2}
+    assert manifest.files[0].checksum == "md5:47bce5c74f589f4867dbd57e9ca9f808"
+    sink.commit(txn, expected_digest=manifest.digest)  # the commit verifies it all the same
