@@ -21,15 +21,13 @@ import argparse
 import json
 import logging
 import os
-import re
 import sys
-import threading
-from typing import Any, TextIO
+from typing import Any
 
 from . import __version__
 from .errors import TpcError
 from .ledger import check_attempt
-from .sink import Sink
+from .sink import Progress, Sink
 from .storage import open_storage
 from .storage.s3 import redact_endpoint_url
 from .transaction import SinkConfig
@@ -55,11 +53,8 @@ def _storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 def open_sink(target: str, namespace: str | None, storage_options: dict[str, Any] | None,
-              progress: EpochProgress | None = None, **config: Any) -> Sink:
-    """A Sink for an existing target; the namespace defaults to the target's claim.
-
-    With ``progress``, the Sink's requests go through it (it reports each epoch reached).
-    """
+              **config: Any) -> Sink:
+    """A Sink for an existing target; the namespace defaults to the target's claim."""
     sink_config = SinkConfig(**config)
     storage = open_storage(target, storage_options, copy_workers=sink_config.copy_workers)[0]
     if namespace is None:
@@ -67,76 +62,7 @@ def open_sink(target: str, namespace: str | None, storage_options: dict[str, Any
         namespace = probe.claimed_namespace()
         if namespace is None:
             raise TpcError(f"{probe.target} has no airflow-tpc ledger (no _tpc/sink.json)")
-    if progress is not None:
-        storage = progress.wrap(storage)
     return Sink(target, namespace, storage=storage, config=sink_config)
-
-
-#: An epoch in a store path: the layout names every epoch's folder ``epoch=<E>`` (ledger,
-#: staging, published data) and pending-index entries ``epoch=<E>,attempt=<N>``.
-_EPOCH_IN_PATH = re.compile(r"(?:^|/)epoch=([A-Za-z0-9][A-Za-z0-9._-]*)")
-#: Store methods that only name things: no request, no progress.
-_NAMING = frozenset({"uri", "join", "spark_uri", "lineage_name", "browser_url"})
-
-
-class EpochProgress:
-    """Reports on a stream, once per epoch, each epoch a long command reaches.
-
-    It watches the requests the Sink makes through the store (a delegating wrapper, as
-    the store injection of :class:`Sink` allows): the first listing of the ledger gives
-    the number of epochs; each request naming a new epoch prints
-    ``<command>: epoch <E> (<k>/<N>)``.  It never prints a credential: only epochs.
-    """
-
-    def __init__(self, command: str, stream: TextIO) -> None:
-        self.command = command
-        self.stream = stream
-        self.known: set[str] = set()
-        self.reached: list[str] = []
-        self._lock = threading.Lock()
-
-    def wrap(self, storage: Any) -> Any:
-        return _ObservedStore(storage, self)
-
-    def _saw(self, args: tuple[Any, ...], result: Any) -> None:
-        with self._lock:
-            if isinstance(result, list):  # a listing: learn the epochs that exist
-                for item in result:
-                    m = _EPOCH_IN_PATH.search(str(getattr(item, "path", item)))
-                    if m:
-                        self.known.add(m.group(1))
-            for arg in args:
-                m = _EPOCH_IN_PATH.search(arg) if isinstance(arg, str) else None
-                if m and m.group(1) not in self.reached:
-                    self.reached.append(m.group(1))
-                    self.known.add(m.group(1))
-                    print(f"{self.command}: epoch {m.group(1)} "
-                          f"({len(self.reached)}/{len(self.known)})", file=self.stream,
-                          flush=True)
-
-
-class _ObservedStore:
-    """A store that tells an :class:`EpochProgress` what each request names."""
-
-    def __init__(self, inner: Any, progress: EpochProgress) -> None:
-        self._inner = inner
-        self._progress = progress
-
-    def __repr__(self) -> str:
-        return repr(self._inner)
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._inner, name)
-        if name.startswith("_") or name in _NAMING or not callable(attr) \
-                or isinstance(attr, type):
-            return attr
-
-        def observed(*args: Any, **kwargs: Any) -> Any:
-            result = attr(*args, **kwargs)
-            self._progress._saw(args, result)
-            return result
-
-        return observed
 
 
 def _connection_error(exc: BaseException) -> BaseException | None:
@@ -243,7 +169,8 @@ def cmd_abort(sink: Sink, args: argparse.Namespace) -> Any:
 
 def cmd_recover(sink: Sink, args: argparse.Namespace) -> Any:
     report = sink.recover(abort_undecided=args.abort_undecided,
-                          ignore_failures_after_timeout=args.ignore_failures_after_timeout)
+                          ignore_failures_after_timeout=args.ignore_failures_after_timeout,
+                          progress=_progress(args))
     if args.json:
         return report.to_dict()
     return (f"rolled forward: {report.rolled_forward or 'none'}\n"
@@ -253,8 +180,20 @@ def cmd_recover(sink: Sink, args: argparse.Namespace) -> Any:
 
 
 def cmd_gc(sink: Sink, args: argparse.Namespace) -> Any:
-    cleaned = sink.gc()
+    cleaned = sink.gc(progress=_progress(args))
     return {"cleaned": cleaned} if args.json else f"removed staging of {len(cleaned)} attempt(s)"
+
+
+def _progress(args: argparse.Namespace) -> Progress | None:
+    """``<command>: epoch <E> (<k>/<n>)`` on stderr as a long command reaches each epoch
+    (stdout keeps the result); none with ``--quiet``."""
+    if args.quiet:
+        return None
+
+    def report(epoch: str, k: int, n: int) -> None:
+        print(f"{args.command}: epoch {epoch} ({k}/{n})", file=sys.stderr, flush=True)
+
+    return report
 
 
 def _positive(kind: type) -> Any:
@@ -347,12 +286,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     options = _storage_options(args)
-    progress = EpochProgress(args.command, sys.stderr) \
-        if args.command in ("recover", "gc") and not args.quiet else None
     try:
         config = {"allow_foreign_namespace": True} \
             if getattr(args, "allow_foreign_namespace", False) else {}
-        sink = open_sink(args.target, args.namespace, options, progress=progress, **config)
+        sink = open_sink(args.target, args.namespace, options, **config)
         out = args.fn(sink, args)
     except Exception as exc:
         message = _unreachable_message(exc, args, options)

@@ -14,6 +14,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from . import promote as _promote
@@ -67,6 +68,9 @@ from .transaction import (
     TxnInfo,
     TxnState,
 )
+
+#: ``progress(epoch, k, n)``: a long verb reached the k-th of its n epochs.
+Progress = Callable[[str, int, int], None]
 
 log = logging.getLogger("airflow_tpc")
 
@@ -696,7 +700,8 @@ class Sink:
 
     # ---------------------------------------------------------------- recover
     def recover(self, *, ignore_failures_after_timeout: bool = False,
-                abort_undecided: bool = False, now: float | None = None) -> RecoveryReport:
+                abort_undecided: bool = False, now: float | None = None,
+                progress: Progress | None = None) -> RecoveryReport:
         """Flink's restore: roll every decided commit forward, abort what is stale.
 
         Stale means superseded by a higher attempt or past the transaction timeout.
@@ -710,13 +715,16 @@ class Sink:
         surfaces on every restore; such an epoch is left exactly as it is.  With
         ``ignore_failures_after_timeout`` a commit that keeps failing is given up —
         loudly — once it is past its timeout (never on a damaged record).
+        ``progress(epoch, k, n)`` is called as each of the n epochs is reached.
         """
         self._check_claim("recover")
         now = time.time() if now is None else now
         report = RecoveryReport()
         scan = self.ledger.scan()
         damaged: set[str] = set()
-        for epoch in sorted(scan, key=epoch_sort_key):
+        for k, epoch in enumerate(sorted(scan, key=epoch_sort_key), 1):
+            if progress is not None:
+                progress(epoch, k, len(scan))
             attempts = scan[epoch]
             try:
                 self._check_published_claims(epoch, attempts)
@@ -802,15 +810,19 @@ class Sink:
         report.errors.append((epoch, attempt, str(exc)))
 
     def _clean_finished_staging(self, scan: dict[str, dict[int, AttemptRecords]],
-                                skip: set[str] = frozenset()  # type: ignore[assignment]
-                                ) -> list[tuple[str, int]]:
+                                skip: set[str] = frozenset(),  # type: ignore[assignment]
+                                progress: Progress | None = None) -> list[tuple[str, int]]:
         """Remove staging left by finished transactions (e.g. a zombie's late writes).
 
         Only on the word of records that check out: an epoch with a damaged record
         (``skip``, or found here) keeps all of its staging.
         """
         cleaned = []
-        for epoch, attempts in _promote.staging_dirs(self.layout).items():
+        staged = _promote.staging_dirs(self.layout)
+        for k, (epoch, attempts) in enumerate(sorted(staged.items(),
+                                                     key=lambda e: epoch_sort_key(e[0])), 1):
+            if progress is not None:
+                progress(epoch, k, len(staged))
             if epoch in skip:
                 continue
             known = scan.get(epoch, {})
@@ -877,10 +889,11 @@ class Sink:
                     "missing (the ledger was damaged); it is never treated as undecided. "
                     "Nothing was changed; restore the record, or commit a new attempt.")
 
-    def gc(self) -> list[tuple[str, int]]:
-        """Remove staging of finished transactions (what recover cleans, without the rest)."""
+    def gc(self, *, progress: Progress | None = None) -> list[tuple[str, int]]:
+        """Remove staging of finished transactions (what recover cleans, without the rest).
+        ``progress(epoch, k, n)`` is called as each of the n staged epochs is reached."""
         self._check_claim("gc")
-        return self._clean_finished_staging(self.ledger.scan())
+        return self._clean_finished_staging(self.ledger.scan(), progress=progress)
 
     # ------------------------------------------------------------- inspection
     def describe(self, epoch: str | None = None, *, now: float | None = None) -> list[TxnInfo]:

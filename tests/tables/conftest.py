@@ -3,15 +3,13 @@ Parquet files written by pyarrow into staging as a Spark job would write them.""
 
 from __future__ import annotations
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pyiceberg  # noqa: F401  (the tables extra, in dev: a missing one fails, never skips)
 import pytest
 
-pytest.importorskip("pyiceberg", reason="the tables extra is not installed")
-
-import pyarrow as pa  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
-
-from airflow_tpc import Transaction  # noqa: E402
-from airflow_tpc.tables import IcebergSink  # noqa: E402
+from airflow_tpc import Transaction
+from airflow_tpc.tables import IcebergSink
 
 TABLE = "analytics.events"
 

@@ -3,6 +3,7 @@ FileIO and airflow-tpc's S3 store pointed at the same endpoint."""
 
 from __future__ import annotations
 
+import pyarrow.parquet as pq
 import pytest
 
 from airflow_tpc.faults import InjectedCrash, armed
@@ -10,8 +11,6 @@ from airflow_tpc.tables import IcebergSink
 from airflow_tpc.tables.iceberg import PROP_ATTEMPT
 
 from .conftest import TABLE, rows
-
-pq = pytest.importorskip("pyarrow.parquet")
 
 
 @pytest.fixture()

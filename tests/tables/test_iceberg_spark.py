@@ -7,8 +7,6 @@ import pytest
 
 from airflow_tpc.tables.iceberg import PROP_ATTEMPT
 
-pytest.importorskip("pyspark")
-
 
 @pytest.fixture(scope="module")
 def spark():
