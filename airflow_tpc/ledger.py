@@ -38,12 +38,13 @@ path it was found at (:func:`airflow_tpc.records.parse_record`): a
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import CommitConflict, LedgerError, TpcError
+from .errors import CommitConflict, LedgerError, StorageError, TpcError
 from .manifest import MAX_MANIFEST_BYTES, canonical_json
 from .records import (  # noqa: F401 - the kinds are part of this module's interface
     ABANDONED,
@@ -59,6 +60,7 @@ from .records import (  # noqa: F401 - the kinds are part of this module's inter
 )
 from .storage import Storage
 
+log = logging.getLogger("airflow_tpc")
 TPC_DIR = "_tpc"
 PUBLISHED_MARKER = "_tpc_published.json"
 #: Epoch names; always used with ``fullmatch`` (``$`` would accept a trailing newline).
@@ -286,7 +288,14 @@ class Ledger:
         self.storage.put(self.layout.pending_entry(epoch, attempt), b"")
 
     def unmark_pending(self, epoch: str, attempt: int) -> None:
-        self.storage.delete_files([self.layout.pending_entry(epoch, attempt)])
+        """Drop an entry; best effort.  It runs after the finishing record that settles
+        the attempt (a commit may have published already), and a stale entry only costs
+        the next commit one listing before it drops it again."""
+        try:
+            self.storage.delete_files([self.layout.pending_entry(epoch, attempt)])
+        except StorageError as exc:
+            log.warning("pending-index entry of %s/%d not removed yet (%s); the next commit "
+                        "or recover drops it", epoch, attempt, exc)
 
     def pending(self) -> dict[str, set[int]] | None:
         """One listing of the pending index: epoch -> attempts that may need finishing.

@@ -125,9 +125,9 @@ def _commit_with_failing_cleanup(proxy: FaultProxy, sink: Sink) -> tuple[Any, An
     sink.storage.put(sink.storage.join(sink.layout.staging("1", abandoned.attempt), "x.parquet"),
                      b"zombie")
     txn, _ = stage(sink, "1", {"a.parquet": b"A"})
-    # Deletes, in order: the rerun's own staging (promotion), then the abandoned
-    # attempt's staging: fail the second one.
-    proxy.script = lambda req, op, n: Fault.ERROR_500 if op is Op.DELETE and n == 1 else None
+    # Deletes, in order: the rerun's own staging (promotion), its pending-index entry
+    # (after published.json), then the abandoned attempt's staging: fail the third.
+    proxy.script = lambda req, op, n: Fault.ERROR_500 if op is Op.DELETE and n == 2 else None
     try:
         result = sink.commit(txn)
     finally:
@@ -153,6 +153,25 @@ def test_commit_survives_a_failed_cleanup_of_a_displaced_attempt(proxy: FaultPro
     assert infos[abandoned.attempt].staging_files == 1  # left for later, not lost
     sink.recover()
     assert_invariant(sink, {"1": [b"A"]}, open_staging_ok=False)
+
+
+def test_a_failed_delete_of_a_pending_index_entry_never_fails_the_commit(
+        proxy: FaultProxy, fault_bucket: str) -> None:
+    """The entry is dropped after ``published.json``: the data is visible by then, so a
+    500 on that DELETE must not fail the commit; the next commit drops the entry."""
+    sink = _sink(proxy, fault_bucket, max_attempts=0)
+    txn, _ = stage(sink, "1", {"a.parquet": b"A"})
+    proxy.script = lambda req, op, n: Fault.ERROR_500 if op is Op.DELETE and n == 1 else None
+    try:
+        assert sink.commit(txn).outcome == "committed"
+    finally:
+        proxy.script = None
+    entry = sink.layout.pending_entry("1", txn.attempt)
+    assert sink.storage.exists(entry)  # stale: its attempt is finished
+    other, _ = stage(sink, "2", {"b.parquet": b"B"})
+    assert sink.commit(other).rolled_forward == []
+    assert not sink.storage.exists(entry)
+    assert_invariant(sink, {"1": [b"A"], "2": [b"B"]}, open_staging_ok=False)
 
 
 def test_retried_commit_cleans_the_attempt_it_aborted(proxy: FaultProxy,
