@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import time
 from datetime import datetime, timezone
@@ -219,3 +220,16 @@ def listings_and_reads(counts: dict[str, int]) -> tuple[int, int, dict[str, int]
     other = {n: c for n, c in counts.items()
              if n not in ("list", "list_dirs", "read_bytes", "read_versioned", "exists")}
     return listings, reads, other
+
+
+def xcom_value(dag_id: str, run_id: str, task_id: str, key: str) -> Any:
+    """One XCom of a finished run, read from the metadata DB (JSON decoded)."""
+    from airflow import settings
+    from airflow.models.xcom import XComModel
+    from sqlalchemy import select
+
+    with settings.Session() as session:
+        raw = session.scalar(select(XComModel.value).where(
+            XComModel.dag_id == dag_id, XComModel.run_id == run_id,
+            XComModel.task_id == task_id, XComModel.key == key))
+    return json.loads(raw) if isinstance(raw, str | bytes) else raw

@@ -23,6 +23,7 @@ from .helpers import (
     listings_and_reads,
     published,
     states,
+    xcom_value,
 )
 
 pytestmark = pytest.mark.timeout(900)
@@ -36,18 +37,6 @@ def _stage(sink, txn, name="part-0.parquet", data=b"x" * 100):
     path = Path(txn.staging_uri.removeprefix("file://"))
     path.mkdir(parents=True, exist_ok=True)
     (path / name).write_bytes(data)
-
-
-def _xcom(dag_id, run_id, task_id, key):
-    from airflow import settings
-    from airflow.models.xcom import XComModel
-    from sqlalchemy import select
-
-    with settings.Session() as session:
-        raw = session.scalar(select(XComModel.value).where(
-            XComModel.dag_id == dag_id, XComModel.run_id == run_id,
-            XComModel.task_id == task_id, XComModel.key == key))
-    return json.loads(raw) if isinstance(raw, str | bytes) else raw
 
 
 # -- one declaration of the sink arguments ---------------------------------------------------
@@ -232,9 +221,9 @@ def test_nospark_run_ready_poke_is_cheap_commit_publishes(dagbag, data_root):
     before = len(asset_events(uri))
     dr = dag.test(logical_date=day("2026-07-01"), run_conf={"epoch": "2026-07-01", "stale": 2})
     assert dr.state == "success", states(dr)
-    counts = _xcom(NOSPARK, dr.run_id, "wait_precommit", "storage_requests")
+    counts = xcom_value(NOSPARK, dr.run_id, "wait_precommit", "storage_requests")
     assert listings_and_reads(counts) == (1, 2, {}), counts
-    pointer = _xcom(NOSPARK, dr.run_id, "wait_precommit", "return_value")
+    pointer = xcom_value(NOSPARK, dr.run_id, "wait_precommit", "return_value")
     assert pointer["txn_id"] == f"{NOSPARK}/2026-07-01/3"
     sink = Sink(target, NOSPARK)
     info = {i.attempt: i for i in sink.describe("2026-07-01")}
@@ -259,7 +248,7 @@ def test_nospark_run_failed_job_aborts_only_this_runs_attempts(dagbag, data_root
     assert info[1].state is TxnState.OPEN  # another run's: not ours to abort
     assert [info[a].state for a in (2, 3)] == [TxnState.ABORTED] * 2
     assert info[3].staging_files == 0
-    result = _xcom(NOSPARK, dr.run_id, "abort", "return_value")
+    result = xcom_value(NOSPARK, dr.run_id, "abort", "return_value")
     assert result == {"aborted": [f"{NOSPARK}/2026-07-02/2", f"{NOSPARK}/2026-07-02/3"],
                       "committed": []}
     assert "2026-07-02" not in published(target)

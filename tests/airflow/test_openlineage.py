@@ -3,26 +3,14 @@ real commit: the try's own task instance asks for the lineage as the listener do
 
 from __future__ import annotations
 
-import json
-
 import airflow.providers.openlineage  # noqa: F401  (the dev extra: a missing one fails, never skips)
 import pytest
 
 from airflow_tpc import Sink
 
+from .helpers import xcom_value
+
 pytestmark = pytest.mark.timeout(900)
-
-
-def _xcom(dag_id, run_id, task_id, key):
-    from airflow import settings
-    from airflow.models.xcom import XComModel
-    from sqlalchemy import select
-
-    with settings.Session() as session:
-        raw = session.scalar(select(XComModel.value).where(
-            XComModel.dag_id == dag_id, XComModel.run_id == run_id,
-            XComModel.task_id == task_id, XComModel.key == key))
-    return json.loads(raw) if isinstance(raw, str | bytes) else raw
 
 
 def test_commit_reports_the_target_as_an_output_dataset_with_statistics(dagbag):
@@ -32,7 +20,7 @@ def test_commit_reports_the_target_as_an_output_dataset_with_statistics(dagbag):
 
     dr = dagbag.get_dag("tpc_it_lineage").test(run_conf={"epoch": "2026-09-01"})
     assert str(getattr(dr.state, "value", dr.state)) == "success"
-    lineage = _xcom("tpc_it_lineage", dr.run_id, "commit", "lineage")
+    lineage = xcom_value("tpc_it_lineage", dr.run_id, "commit", "lineage")
     assert lineage is not None, "the provider is installed: lineage must not be None"
     assert lineage["class"] == "OperatorLineage" and lineage["inputs"] == []
     [out] = lineage["outputs"]
