@@ -943,6 +943,13 @@ class Sink:
             staging_bytes=sum(o.size for o in staged),
             owner=begin.owner if isinstance(begin, Begin) else None)
 
+    def table_version(self, epoch: str, digest: str) -> dict[str, str] | None:
+        """The table-format commit that carries a manifest (``digest``) of ``epoch``:
+        ``{"table", "format", "snapshot_id" | "version"}``, or None.  A folder target
+        has no table version (None); table sinks override this so Asset events and
+        lineage can name the snapshot/version an epoch's commit became."""
+        return None
+
     def committed_files(self, epochs: Any = None) -> dict[str, list[str]]:
         """Read-committed view: epoch -> URIs of the files of its published attempt."""
         wanted = None if epochs is None else {str(e) for e in epochs}

@@ -662,6 +662,21 @@ class IcebergSink(Sink):
             return seen
         return max(seen, epoch_commits(table, epoch, self.namespace).highest)
 
+    def table_version(self, epoch: str, digest: str) -> dict[str, str] | None:
+        """The snapshot whose summary carries this manifest's digest (None: not in the
+        table, e.g. expired, or the commit has not reached the table yet)."""
+        table = self.table_target.load_table()
+        if table is None:
+            return None
+        for snap in table.snapshots():
+            summary = snap.summary
+            if summary is not None and summary[PROP_DIGEST] == digest \
+                    and summary[PROP_EPOCH] == epoch \
+                    and summary[PROP_NAMESPACE] == self.namespace:
+                return {"table": self.table_target.uri, "format": "iceberg",
+                        "snapshot_id": str(snap.snapshot_id)}
+        return None
+
     def _staged_uris(self, txn: Transaction, paths: list[str]) -> list[str]:
         staging = self.layout.staging(txn.epoch, txn.attempt)
         return [self.storage.uri(self.storage.join(staging, p)) for p in paths]

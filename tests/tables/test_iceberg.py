@@ -71,6 +71,10 @@ def test_commit_is_one_snapshot_read_once_by_pyarrow_and_duckdb(make_sink):
     assert snap.summary[PROP_EPOCH] == "2026-11-20"
     assert snap.summary[PROP_ATTEMPT] == "1"
     assert snap.summary[PROP_NAMESPACE] == "events"
+    assert sink.table_version("2026-11-20", manifest.digest) == {
+        "table": sink.table_target.uri, "format": "iceberg",
+        "snapshot_id": str(snap.snapshot_id)}
+    assert sink.table_version("2026-11-21", manifest.digest) is None
     # The files were added where they were staged: no copy.
     staged = {sink.storage.uri(sink.storage.join(sink.layout.staging("2026-11-20", 1), n))
               for n in ("part-0.parquet", "part-1.parquet")}
