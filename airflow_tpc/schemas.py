@@ -1,0 +1,296 @@
+"""JSON Schemas of the documents airflow-tpc writes, generated from the typed records.
+
+Other implementations (a Java committer, a Rust reader) validate against the
+published files in ``docs/schema/`` instead of reverse-engineering Python.  The
+schemas are *generated* here — field names and types from the dataclasses
+(:class:`~airflow_tpc.transaction.Transaction`, :class:`~airflow_tpc.records.Begin`,
+:class:`~airflow_tpc.records.Totals`, :class:`~airflow_tpc.manifest.FileEntry`),
+formats, versions, modes and patterns from the constants the parsers check — so a
+record type that grows a field changes its schema, and ``tests/core/test_json_schema.py``
+fails until ``python -m airflow_tpc.schemas docs/schema`` is run again.
+
+What a schema can say is structural: types, required fields, enumerations,
+patterns.  The rules that tie a record to *where it lies* (its epoch and attempt
+folder, its target, its staging) and the manifest's digest are checked by the
+parsers and stated in docs/PROTOCOL.md; a document that validates can still be
+refused by a reader for lying about its place.  Readers ignore unknown fields
+(forward compatibility), so every object schema allows additional properties.
+
+Stdlib only: the core imports no schema library (the tests validate with
+``jsonschema``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from .ledger import EPOCH_RE
+from .manifest import FORMAT as MANIFEST_FORMAT
+from .manifest import VERSION as MANIFEST_VERSION
+from .manifest import FileEntry
+from .records import DECISION_FORMAT, DECISION_VERSION, Begin, Totals
+from .transaction import PROMOTION_MODES, VERIFY_MODES, Transaction
+
+DIALECT = "https://json-schema.org/draft/2020-12/schema"
+ID_BASE = "https://airflow-tpc.invalid/schema/"  # a name, not a fetchable address
+
+#: Patterns the parsers apply (JSON Schema regexes are ECMA-262; these are plain).
+EPOCH_PATTERN = f"^{EPOCH_RE.pattern}$"
+CHECKSUM_PATTERN = r"^(sha256|md5|etag):[0-9A-Za-z\-]{1,128}$"
+DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
+
+_SCALARS: dict[Any, dict[str, Any]] = {
+    str: {"type": "string"},
+    int: {"type": "integer"},
+    float: {"type": "number"},
+    bool: {"type": "boolean"},
+    type(None): {"type": "null"},
+}
+
+
+def _type_schema(hint: Any) -> dict[str, Any]:
+    """The JSON Schema of one dataclass field's type hint."""
+    if hint in _SCALARS:
+        return dict(_SCALARS[hint])
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = [_type_schema(a) for a in typing.get_args(hint)]
+        kinds = [o["type"] for o in options if set(o) == {"type"}]
+        if len(kinds) == len(options):
+            return {"type": kinds}
+        return {"anyOf": options}
+    if origin is dict or hint is dict:
+        return {"type": "object"}
+    if origin in (list, tuple):
+        return {"type": "array"}
+    raise TypeError(f"no JSON Schema for the type {hint!r}")  # a new type needs a rule
+
+
+def record_properties(cls: type, *, only: tuple[str, ...] | None = None
+                      ) -> tuple[dict[str, Any], list[str]]:
+    """Properties and required names from a dataclass's fields (required: no default)."""
+    hints = typing.get_type_hints(cls)
+    props: dict[str, Any] = {}
+    required: list[str] = []
+    for f in dataclasses.fields(cls):
+        if only is not None and f.name not in only:
+            continue
+        props[f.name] = _type_schema(hints[f.name])
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            required.append(f.name)
+    return props, required
+
+
+def _object(props: dict[str, Any], required: list[str], **extra: Any) -> dict[str, Any]:
+    return {"type": "object", "properties": props, "required": required, **extra}
+
+
+def _refine(props: dict[str, Any]) -> dict[str, Any]:
+    """Tighten generated field schemas with the constraints the parsers apply."""
+    rules: dict[str, dict[str, Any]] = {
+        "epoch": {"pattern": EPOCH_PATTERN},
+        "attempt": {"minimum": 1},
+        "namespace": {"minLength": 1},
+        "timeout_s": {"exclusiveMinimum": 0},
+        "size": {"minimum": 0},
+        "checksum": {"pattern": CHECKSUM_PATTERN},
+    }
+    return {name: {**schema, **rules.get(name, {})} for name, schema in props.items()}
+
+
+def _txn_ref() -> dict[str, Any]:
+    props, required = record_properties(Transaction,
+                                        only=("namespace", "target", "epoch", "attempt"))
+    return _object(_refine(props), required)
+
+
+def _totals() -> dict[str, Any]:
+    props, required = record_properties(Totals)
+    return _object({k: {**v, "minimum": 0} if v.get("type") == "integer" else v
+                    for k, v in props.items()}, required)
+
+
+def _file_entry(path_key: str = "path") -> dict[str, Any]:
+    props, required = record_properties(FileEntry)
+    props = _refine(props)
+    props["rows"] = {**props["rows"], "minimum": 0}
+    props[path_key] = {"type": "string", "minLength": 1}
+    return _object(props, required)
+
+
+def _document(name: str, title: str, description: str, body: dict[str, Any]
+              ) -> dict[str, Any]:
+    return {"$schema": DIALECT, "$id": f"{ID_BASE}{name}.schema.json", "title": title,
+            "description": description, **body}
+
+
+def _const_format(fmt: str, version: int) -> dict[str, Any]:
+    return {"format": {"const": fmt}, "version": {"const": version}}
+
+
+def manifest_schema() -> dict[str, Any]:
+    return _document(
+        "manifest", "airflow-tpc manifest (_tpc_manifest.json)",
+        "The sealed list of an attempt's staged files. `digest` is the sha256 of the "
+        "canonical JSON of every other field (docs/PROTOCOL.md).",
+        _object({**_const_format(MANIFEST_FORMAT, MANIFEST_VERSION),
+                 "txn": _txn_ref(), "txn_id": {"type": "string", "minLength": 1},
+                 "staging": {"type": "string", "minLength": 1},
+                 "created_at": {"type": "number"},
+                 "files": {"type": "array", "items": _file_entry()},
+                 "totals": _totals(),
+                 "fingerprints": {"type": "string", "pattern": r"^sha256:[0-9a-f]{64}$"},
+                 "digest": {"type": "string", "pattern": DIGEST_PATTERN}},
+                ["format", "version", "txn", "txn_id", "staging", "files", "totals",
+                 "digest"]))
+
+
+def begin_schema() -> dict[str, Any]:
+    props, required = record_properties(Begin)
+    return _document(
+        "begin", "airflow-tpc ledger record begin.json",
+        "An attempt as it began; its attempt number fences every lower one.",
+        _object(_refine(props), required))
+
+
+def decision_schema() -> dict[str, Any]:
+    commit = _object({**_const_format(DECISION_FORMAT, DECISION_VERSION),
+                      "outcome": {"const": "commit"}, "txn": _txn_ref(),
+                      "txn_id": {"type": "string", "minLength": 1},
+                      "staging": {"type": "string", "minLength": 1},
+                      "decided_at": {"type": "number"},
+                      "mode": {"enum": list(PROMOTION_MODES)},
+                      "verify": {"enum": list(VERIFY_MODES)},
+                      "forced": {"type": "boolean"},
+                      "manifest_digest": {"type": "string", "pattern": DIGEST_PATTERN},
+                      "totals": _totals()},
+                     ["format", "version", "outcome", "txn", "txn_id", "staging",
+                      "decided_at", "mode", "verify", "forced", "manifest_digest", "totals"])
+    legacy_commit = _object({"outcome": {"const": "commit"}, "version": {"const": 1},
+                             "manifest": {"$ref": "manifest.schema.json"}},
+                            ["outcome", "manifest"],
+                            description="Version 1 (airflow-tpc 0.1): read, never written.")
+    abort = _object({"outcome": {"const": "abort"}, "reason": {"type": "string"},
+                     "expired": {"type": "boolean"}, "decided_at": {"type": "number"},
+                     "txn_id": {"type": "string", "minLength": 1}, "txn": _txn_ref()},
+                    ["outcome", "reason", "expired", "decided_at", "txn_id", "txn"])
+    return _document(
+        "decision", "airflow-tpc ledger record decision.json",
+        "THE commit point of an attempt, written once (put-if-absent): a commit "
+        "naming the sealed manifest by digest, or an abort.",
+        {"oneOf": [commit, legacy_commit, abort]})
+
+
+def fact_schemas() -> dict[str, dict[str, Any]]:
+    """published.json, superseded.json, abandoned.json, closed.json."""
+    txn_id = {"type": "string", "minLength": 1}
+    return {
+        "published": _document(
+            "published", "airflow-tpc ledger record published.json",
+            "The attempt's promotion finished.",
+            _object({"published_at": {"type": "number"}, "txn_id": txn_id,
+                     "manifest_digest": {"type": "string", "pattern": DIGEST_PATTERN}},
+                    ["published_at"])),
+        "superseded": _document(
+            "superseded", "airflow-tpc ledger record superseded.json",
+            "A higher committed attempt displaced this one and its staging is gone.",
+            _object({"by": {"type": "integer", "minimum": 2}}, ["by"])),
+        "abandoned": _document(
+            "abandoned", "airflow-tpc ledger record abandoned.json",
+            "Roll-forward of this decided attempt was given up (gc --abandon).",
+            _object({"at": {"type": "number"}, "error": {"type": "string"}}, [])),
+        "closed": _document(
+            "closed", "airflow-tpc ledger record closed.json",
+            "An abort was carried out: the attempt's staging is gone.",
+            _object({"closed_at": {"type": "number"}}, ["closed_at"])),
+    }
+
+
+def marker_schema() -> dict[str, Any]:
+    return _document(
+        "published-marker", "airflow-tpc published marker (epoch=E/_tpc_published.json)",
+        "What readers read: the files of the epoch's published attempt, relative to the "
+        "target root.",
+        _object({**_const_format("airflow-tpc-published", 1),
+                 "epoch": {"type": "string", "pattern": EPOCH_PATTERN},
+                 "attempt": {"type": "integer", "minimum": 1},
+                 "txn_id": {"type": "string", "minLength": 1},
+                 "manifest_digest": {"type": "string", "pattern": DIGEST_PATTERN},
+                 "mode": {"enum": list(PROMOTION_MODES)},
+                 "files": {"type": "array", "items": _file_entry()},
+                 "totals": _totals()},
+                ["format", "version", "epoch", "attempt", "txn_id", "manifest_digest",
+                 "mode", "files"]))
+
+
+def sink_claim_schema() -> dict[str, Any]:
+    return _document(
+        "sink", "airflow-tpc namespace claim (_tpc/sink.json)",
+        "The namespace that owns the target; written once.",
+        _object({**_const_format("airflow-tpc-sink", 1),
+                 "namespace": {"type": "string", "minLength": 1}},
+                ["format", "namespace"]))
+
+
+def pending_index_schema() -> dict[str, Any]:
+    return _document(
+        "pending-index", "airflow-tpc pending index marker (_tpc/pending/index.json)",
+        "Present once the pending index is complete (docs/PROTOCOL.md §5.8).",
+        _object(_const_format("airflow-tpc-pending-index", 1), ["format", "version"]))
+
+
+def fingerprints_schema() -> dict[str, Any]:
+    return _document(
+        "fingerprints", "airflow-tpc fingerprints (_tpc_fingerprints.json, local stores)",
+        "Each staged file's status at pre-commit (device, inode, size, mtime...), sealed "
+        "beside the manifest, which names this document's sha256 in `fingerprints`.",
+        _object({**_const_format("airflow-tpc-fingerprints", 1),
+                 "files": {"type": "object",
+                           "additionalProperties": {"type": "string", "minLength": 1}}},
+                ["format", "version", "files"]))
+
+
+def all_schemas() -> dict[str, dict[str, Any]]:
+    """File stem -> schema, for every document airflow-tpc writes."""
+    return {"manifest": manifest_schema(), "begin": begin_schema(),
+            "decision": decision_schema(), **fact_schemas(),
+            "fingerprints": fingerprints_schema(),
+            "published-marker": marker_schema(), "sink": sink_claim_schema(),
+            "pending-index": pending_index_schema()}
+
+
+def render(schema: dict[str, Any]) -> str:
+    """The bytes written to docs/schema: stable, reviewable JSON."""
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
+
+
+def write(directory: str | Path) -> list[Path]:
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for stem, schema in all_schemas().items():
+        path = out / f"{stem}.schema.json"
+        path.write_text(render(schema), encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m airflow_tpc.schemas <directory>   (writes *.schema.json)",
+              file=sys.stderr)
+        return 2
+    for path in write(args[0]):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
