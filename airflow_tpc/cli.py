@@ -57,12 +57,15 @@ def open_sink(target: str, namespace: str | None, storage_options: dict[str, Any
     """A Sink for an existing target; the namespace defaults to the target's claim."""
     sink_config = SinkConfig(**config)
     storage = open_storage(target, storage_options, copy_workers=sink_config.copy_workers)[0]
-    if namespace is None:
-        probe = Sink(target, "_inspect", storage=storage)
-        namespace = probe.claimed_namespace()
-        if namespace is None:
-            raise TpcError(f"{probe.target} has no airflow-tpc ledger (no _tpc/sink.json)")
-    return Sink(target, namespace, storage=storage, config=sink_config)
+    probe = Sink(target, "_inspect", storage=storage)
+    owner = probe.claimed_namespace()
+    if owner is None:
+        raise TpcError(f"{probe.target} has no airflow-tpc ledger (no _tpc/sink.json)")
+    if namespace is not None and namespace != owner and not sink_config.allow_foreign_namespace:
+        raise TpcError(f"{probe.target} belongs to namespace {owner!r}, not {namespace!r}: "
+                       "omit --namespace to use the target's own (abort, recover and gc "
+                       "take --allow-foreign-namespace to act as another namespace)")
+    return Sink(target, namespace or owner, storage=storage, config=sink_config)
 
 
 def _connection_error(exc: BaseException) -> BaseException | None:
