@@ -4,9 +4,10 @@ Drawn from ``bench/results/tables.json`` (written by ``bench/bench_tables.py``),
 between the markers ``<!-- tables:begin -->`` and ``<!-- tables:end -->`` at the
 end of the page; ``bench_core.py`` keeps the block when it rewrites the page, and
 ``summary.py`` adds :func:`goal_row` to the goal table. Run alone, it rewrites the
-section from the saved results::
+section from the saved results (``--merge`` first combines the results of runs made
+side by side, e.g. one per S3 path, into ``bench/results/tables.json``)::
 
-    .venv/bin/python bench/tables_report.py
+    .venv/bin/python bench/tables_report.py [--merge A.json B.json ...]
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ PARITY = 0.05
 BASE = "copy"
 PROTO_PARALLEL = "iceberg, footers in parallel once"
 PROTO_PRECOMMIT = "iceberg, stats from pre-commit"
+PROTO_DEDUPE = "iceberg, stats from pre-commit, schema checked once"
 PATH_LABEL = {"latency": "behind latency", "none": "no added latency"}
 
 
@@ -76,7 +78,8 @@ def commit_times(case: dict[str, Any] | None, variant: str) -> list[float]:
 
 def ratio(case: dict[str, Any], variant: str) -> tuple[float, float]:
     """(median / median of copy, paired median of per-repetition ratios)."""
-    a, b = commit_times(case, variant), commit_times(case, BASE)
+    base = (case.get("baseline") or {}).get(variant, BASE)
+    a, b = commit_times(case, variant), commit_times(case, base)
     if not a or not b:
         return float("nan"), float("nan")
     pairs = [x / y for x, y in zip(a, b, strict=False) if y > 0]
@@ -131,11 +134,12 @@ def goal_row(data: dict[str, Any] | None) -> str:
                      f"extrapolated from {_s(_med(commit_times(small, 'iceberg')))} and "
                      f"{ir:,} requests at 1,000): ≈ {_x(r)} of copy's measured "
                      f"{_s(_med(commit_times(case, BASE)))}")
-    if case and commit_times(case, PROTO_PRECOMMIT):
-        r, p = ratio(case, PROTO_PRECOMMIT)
-        reqs = _req(_median_requests(case["runs"][PROTO_PRECOMMIT], "commit_requests"))
-        parts.append(f"prototype with the pre-commit's statistics {_x(p)} at {GOAL_FILES:,} "
-                     f"({reqs:,} requests)")
+    for proto in (PROTO_PRECOMMIT, PROTO_DEDUPE):
+        if case and commit_times(case, proto):
+            _r, p = ratio(case, proto)
+            reqs = _req(_median_requests(case["runs"][proto], "commit_requests"))
+            parts.append(f"prototype *{proto}* {_x(p)} at {GOAL_FILES:,} ({reqs:,} "
+                         "requests)")
     delta = "Delta " + ("measured" if any("delta" in c["runs"] for c in data["cases"])
                         else "not measured (no Delta target in airflow_tpc.tables)")
     parts.append(delta)
@@ -169,6 +173,9 @@ def render(data: dict[str, Any]) -> str:
     variants: list[str] = []
     for c in cases:
         variants += [v for v in c["runs"] if v not in variants]
+    order = ["iceberg", "delta", BASE, "manifest", PROTO_PARALLEL, PROTO_PRECOMMIT, PROTO_DEDUPE]
+    variants.sort(key=lambda v: (order.index(v.split(" [run ")[0])
+                                 if v.split(" [run ")[0] in order else 99, v))
     lines = [BEGIN, "",
              "## 5. Tables: an epoch's commit as an Iceberg snapshot vs copy and manifest "
              "promotion", "",
@@ -221,9 +228,10 @@ def render(data: dict[str, Any]) -> str:
             r, p = ratio(c, v)
             rows.append([f"{c['files']:,}", PATH_LABEL[c["path"]], v, str(len(runs)),
                          _s(_med(pre)), f"{_req(preq):,}", _s(_med(com)), f"{_req(creq):,}",
-                         _ops(creq), "1x" if v == BASE else _x(r),
-                         "—" if v == BASE else _x(p),
+                         _ops(creq), "1x" if v.startswith(BASE) else _x(r),
+                         "—" if v.startswith(BASE) else _x(p),
                          f"{_s(min(com))} – {_s(max(com))}"])
+    lines += [*finding_lines(data), ""]
     lines += ["### Commit time, requests and ratio to copy", ""]
     lines += _table(["files", "S3", "variant", "reps", "precommit", "precommit requests",
                      "commit", "commit requests", "commit requests by operation",
@@ -233,6 +241,48 @@ def render(data: dict[str, Any]) -> str:
               "### Verdict", "", "| goal | target | measured | verdict |", "|---|---|---|---|",
               goal_row(data), "", END]
     return "\n".join(lines)
+
+
+def _phase(runs: list[dict[str, Any]], name: str) -> float:
+    return _med([r["commit_phases"].get(name, [0.0, 0])[0] for r in runs])
+
+
+def finding_lines(data: dict[str, Any]) -> list[str]:
+    """The headline findings, each computed from the cases below."""
+    out = ["### Findings", ""]
+    lat = sorted((c for c in data.get("cases", []) if c["path"] == "latency"),
+                 key=lambda c: c["files"])
+    for c in lat:
+        runs = c["runs"].get("iceberg")
+        if not runs:
+            continue
+        t = _med(commit_times(c, "iceberg"))
+        req = _req(_median_requests(runs, "commit_requests"))
+        chk = _phase(runs, "iceberg: check_staged (footer reads)")
+        dfs = _phase(runs, "iceberg: _parquet_files_to_data_files (footer reads, parallel)")
+        r, p = ratio(c, "iceberg")
+        out.append(f"- **Iceberg as shipped, {c['files']:,} files behind latency**: commit "
+                   f"{_s(t)} with {req:,} S3 requests ({req / c['files']:.1f} a file), "
+                   f"{_x(p)} the copy promotion's time (paired). The two one-by-one "
+                   f"`check_staged` footer passes take {_s(chk)} ({100 * chk / t:.0f} %), "
+                   f"pyiceberg's parallel footer reads in the table commit {_s(dfs)} "
+                   f"({100 * dfs / t:.0f} %); pre-commit {_s(_med([x['precommit'] for x in runs]))}"
+                   " (one more one-by-one footer pass).")
+    for c, proto in [(c, v) for v in (PROTO_PARALLEL, PROTO_PRECOMMIT, PROTO_DEDUPE)
+                     for c in lat]:
+        runs = c["runs"].get(proto)
+        if not runs:
+            continue
+        t = _med(commit_times(c, proto))
+        req = _req(_median_requests(runs, "commit_requests"))
+        r, p = ratio(c, proto)
+        base = (c.get("baseline") or {}).get(proto, BASE)
+        out.append(f"- **Prototype *{proto}*, {c['files']:,} files behind latency**: commit "
+                   f"{_s(t)} with {req:,} requests, {_x(p)} the copy promotion's "
+                   f"{_s(_med(commit_times(c, base)))} (paired, same run)"
+                   + (f"; goal ≤ {GOAL}x: {'met' if p <= GOAL else 'not met'}"
+                      if c["files"] == GOAL_FILES else "") + ".")
+    return out
 
 
 def growth_lines(data: dict[str, Any], variants: list[str]) -> list[str]:
@@ -338,7 +388,7 @@ def footer_lines(data: dict[str, Any]) -> list[str]:
         if not c["runs"].get("iceberg") and not c["runs"].get(PROTO_PRECOMMIT):
             continue
         cells = []
-        for v in ("iceberg", PROTO_PARALLEL, PROTO_PRECOMMIT, BASE):
+        for v in ("iceberg", PROTO_PARALLEL, PROTO_PRECOMMIT, PROTO_DEDUPE, BASE):
             t = commit_times(c, v)
             if t:
                 reqs = _req(_median_requests(c["runs"][v], "commit_requests"))
@@ -349,7 +399,21 @@ def footer_lines(data: dict[str, Any]) -> list[str]:
                 cells.append("not run")
         rows.append([f"{c['files']:,}", PATH_LABEL[c["path"]], *cells])
     out += ["", *_table(["files", "S3", "iceberg (as shipped)", PROTO_PARALLEL,
-                         PROTO_PRECOMMIT, "copy"], rows), ""]
+                         PROTO_PRECOMMIT, PROTO_DEDUPE, "copy"], rows), ""]
+    cpu = data.get("cpu") or {}
+    if cpu.get("steps"):
+        out += [f"**The committer's CPU per file once it holds the footers** (no S3: "
+                f"{cpu['files']:,} parsed footers, the table local; 1-minute load "
+                f"{cpu['load']:.1f} when measured). Removing the footer *requests* leaves "
+                "these per-file steps, which the commit runs on one core:", ""]
+        out += _table(["step (per staged file)", "µs a file", f"{cpu['files']:,} files",
+                       "≈ at 10,000 files"],
+                      [[name, f"{1e6 * t / n:,.0f}", _s(t), _s(t * 10_000 / n)]
+                       for name, t, n in cpu["steps"]])
+        out += ["", "As shipped, the commit runs `_schema_problems` twice per file (two "
+                "`check_staged`) and pyiceberg's `_check_pyarrow_schema_compatible` once "
+                "per file (in `parquet_file_to_data_file`): every staged file of one job "
+                "has the same schema, so both can run once per distinct schema.", ""]
     out += [
         "What the prototypes change (in `bench/bench_tables.py`, `prototype()`):",
         "",
@@ -366,6 +430,9 @@ def footer_lines(data: dict[str, Any]) -> list[str]:
         "feed the commit's check and the DataFiles: **no footer read at commit**, so the "
         "commit's requests do not grow with the files at all. This stands in for the job "
         "gathering each file's statistics where it writes the file.",
+        f"- **{PROTO_DEDUPE}**: as the previous one, and `_schema_problems` and pyiceberg's "
+        "`_check_pyarrow_schema_compatible` run once per distinct file schema (keyed by "
+        "the serialized Arrow schema) instead of once per file.",
         "",
         "The change to land in `airflow_tpc/tables/iceberg.py` (owned by the tables "
         "engineer), in order of gain:",
@@ -427,7 +494,51 @@ def write(data: dict[str, Any], path: Path = BENCHMARKS_MD) -> None:
     path.write_text("\n".join(lines))
 
 
-def main() -> int:
+def merge(paths: list[Path]) -> dict[str, Any]:
+    """Results of several runs of bench_tables.py (e.g. one per S3 path, run side by side)
+    as one.  Where two runs measured the same files and path with the same variants, their
+    repetitions are pooled (each repetition ran every variant, interleaved, so paired
+    ratios still pair timings of one repetition); otherwise the later run's case wins."""
+    out: dict[str, Any] = {"schema": 1, "runs": [], "cases": [], "profile": {}}
+    for p in paths:
+        d = json.loads(p.read_text())
+        for case in d.get("cases", []):
+            key = (case["files"], case["path"])
+            old = next((c for c in out["cases"] if (c["files"], c["path"]) == key), None)
+            if old is not None and set(old["runs"]) == set(case["runs"]) \
+                    and old["latency_ms"] == case["latency_ms"]:
+                for v, runs in case["runs"].items():
+                    old["runs"][v] = old["runs"][v] + runs
+                old["reps"] += case["reps"]
+                old["load"] = old["load"] + case["load"]
+                continue
+            if old is not None and old["latency_ms"] == case["latency_ms"]:
+                # Another set of variants: kept beside, each ratio against its own run's
+                # copy ("copy [run k]"), never against another run's.
+                k = 2 + sum(1 for v in old["runs"] if v.startswith(f"{BASE} [run "))
+                names = {v: (f"{v} [run {k}]" if v in old["runs"] else v)
+                         for v in case["runs"]}
+                for v, runs in case["runs"].items():
+                    old["runs"][names[v]] = runs
+                    old.setdefault("baseline", {})[names[v]] = names.get(BASE, BASE)
+                old["load"] = old["load"] + case["load"]
+                continue
+            if old is not None:
+                out["cases"].remove(old)
+            out["cases"].append(case)
+        out["runs"] += [r for r in d.get("runs", []) if r not in out["runs"]]
+        out["profile"] = d.get("profile") or out["profile"]
+        out["cpu"] = d.get("cpu") or out.get("cpu", {})
+    out["cases"].sort(key=lambda c: (c["files"], c["path"]))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--merge"]:  # --merge A.json B.json ...: into bench/results/tables.json
+        data = merge([Path(a) for a in args[1:]])
+        RESULTS.write_text(json.dumps(data, indent=1) + "\n")
+        print(f"merged {len(args) - 1} results into {RESULTS.relative_to(ROOT)}")
     data = load()
     if data is None:
         print(f"no {RESULTS}: run bench/bench_tables.py", file=sys.stderr)
