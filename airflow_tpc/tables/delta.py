@@ -55,7 +55,7 @@ from urllib.parse import quote, unquote, urlparse
 
 from ..errors import LedgerError, StorageError, TpcError
 from ..faults import crashpoint
-from ..ledger import Layout
+from ..ledger import Layout, epoch_sort_key
 from ..manifest import Manifest
 from ..promote import Strategy, _rel_to_root, _swap_marker
 from ..storage import open_storage
@@ -195,7 +195,7 @@ class DeltaTarget:
             raise  # answers the caller acts on
         except Exception as exc:
             raise StorageError(f"Delta table {self.uri}: failed to {what}: "
-                               f"{type(exc).__name__}: {exc}") from None
+                               f"{type(exc).__name__}: {_first_line(exc)}") from None
 
     def load_table(self, version: int | None = None) -> DeltaTable | None:
         """The table (at ``version``, default the latest), or None if it does not exist
@@ -332,6 +332,12 @@ class DeltaTarget:
             return norm_uri(unquote(path))
         return norm_uri(f"{self._location}/{unquote(path)}")
 
+    def file_uri(self, path: str) -> str:
+        """A log path as the URI airflow-tpc names files by (``file:///…``, ``s3://…``)."""
+        if "://" in path:
+            return unquote(path)
+        return f"{self._location}/{unquote(path)}"
+
     def relative(self, uri: str) -> str:
         """A staged file's URI as the add action's path: relative to the table, URL-encoded."""
         base = norm_uri(self._location).rstrip("/") + "/"
@@ -383,7 +389,7 @@ class DeltaTarget:
             if first is not None:
                 problems += _creatable_problems(first)
             for uri, schema in schemas.items():
-                if first is not None and not schema.equals(first):
+                if first is not None and not _without_epoch(schema).equals(_without_epoch(first)):
                     cols = sorted({f.name for f in schema} ^ {f.name for f in first}
                                   | {f.name for f in schema if f.name in first.names
                                      and first.field(f.name).type != f.type})
@@ -414,6 +420,13 @@ def _with_epoch(schema: pa.Schema) -> pa.Schema:
     return schema.append(pa.field(EPOCH_COLUMN, pa.string()))
 
 
+def _without_epoch(schema: pa.Schema) -> pa.Schema:
+    """The data columns: files of one epoch may differ only in holding ``epoch`` or not."""
+    if EPOCH_COLUMN in schema.names:
+        return schema.remove(schema.get_field_index(EPOCH_COLUMN))
+    return schema
+
+
 def _relaxed(schema: pa.Schema) -> pa.Schema:
     """A new table's columns are all nullable: a later epoch's files (another task
     writing a column NULL-able) are then not refused for nullability alone."""
@@ -432,9 +445,16 @@ def _delta_types(schema: pa.Schema) -> dict[str, str]:
 
 def _type_name(typ: Any) -> str:
     """A Delta type's name: primitive types by name, nested ones by their JSON."""
-    if hasattr(typ, "to_json"):
-        return str(typ.to_json())
-    return str(getattr(typ, "type", typ))
+    name = getattr(typ, "type", None)
+    if isinstance(name, str):  # PrimitiveType: "long", "string" ...
+        return name
+    return str(typ.to_json()) if hasattr(typ, "to_json") else str(typ)
+
+
+def _first_line(exc: Exception) -> str:
+    """delta-rs's message without the Rust backtrace it appends."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
 
 
 def _epoch_problems(uri: str, md: Any, schema: pa.Schema, epoch: str) -> list[str]:
@@ -466,7 +486,7 @@ def _creatable_problems(schema: pa.Schema) -> list[str]:
     try:
         _delta_types(_with_epoch(schema))
     except Exception as exc:
-        return [f"no Delta table can be created from the staged schema: {exc}"]
+        return [f"no Delta table can be created from the staged schema: {_first_line(exc)}"]
     return []
 
 
@@ -484,7 +504,7 @@ def _schema_problems(uri: str, schema: pa.Schema, want: Any) -> list[str]:
         try:
             got = _delta_types(pa.schema([schema.field(name)]))[name]
         except Exception:
-            mismatched.append(f"{name} ({schema.field(name).type} in the file, no Delta type)")
+            mismatched.append(f"{name} ({schema.field(name).type} in the file: no Delta type)")
             continue
         table_type = _type_name(fields[name].type)
         if got != table_type:
@@ -642,3 +662,27 @@ class DeltaSink(TableSink):
             target = DeltaTarget.parse(target, storage_options, catalog_properties)
         super().__init__(target, namespace, storage_options=storage_options, config=config)
         self.table_target: DeltaTarget = target
+
+    def committed_files(self, epochs: Any = None) -> dict[str, list[str]]:
+        """Read-committed view from the table's log (what Delta readers read): epoch ->
+        URIs of its current data files, for the epochs this pipeline committed (its
+        ``txn`` is in the table).  Not from the markers: Delta's full vacuum deletes
+        files under ``epoch=E/`` that the log does not name, markers included (the
+        next recover writes them again)."""
+        import pyarrow as pa
+
+        table = self.table_target.load_table()
+        if table is None:
+            return {}
+        wanted = None if epochs is None else {str(e) for e in epochs}
+        actions = pa.table(self.table_target._call("list the files of", table.get_add_actions,
+                                                   flatten=True))
+        col = f"partition.{EPOCH_COLUMN}"
+        by_epoch: dict[str, list[str]] = {}
+        for row in actions.select(["path", col]).to_pylist():
+            epoch = row[col]
+            if epoch is not None and (wanted is None or epoch in wanted):
+                by_epoch.setdefault(epoch, []).append(self.table_target.file_uri(row["path"]))
+        out = {e: sorted(files) for e, files in by_epoch.items()
+               if table.transaction_version(app_id(self.namespace, e))}
+        return dict(sorted(out.items(), key=lambda kv: epoch_sort_key(kv[0])))
