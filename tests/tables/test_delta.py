@@ -70,7 +70,7 @@ def duck_ids(sink: DeltaSink) -> list[int]:
 
 def ours(sink: DeltaSink, epoch: str | None = None) -> list[dict]:
     """airflow-tpc's commits (of one epoch), oldest first, from the log's commitInfo."""
-    history = sink.table_target.load_table().history()
+    history = sink.table_target.commit_infos()
     return [h for h in reversed(history)
             if h.get(PROP_TXN_ID) and (epoch is None or h[PROP_EPOCH] == epoch)]
 
