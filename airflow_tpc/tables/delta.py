@@ -128,6 +128,10 @@ def delta_storage_options(options: dict[str, Any] | None) -> dict[str, str]:
     return out
 
 
+class TableCreatedMeanwhile(Exception):
+    """Our creating commit lost to another writer's: retried on the table it made."""
+
+
 class DeltaTarget:
     """One Delta table, named by its location: ``delta+file:///path`` or
     ``delta+s3://bucket/prefix``.
@@ -252,10 +256,16 @@ class DeltaTarget:
         from deltalake.schema import Schema
         from deltalake.transaction import create_table_with_add_actions
 
-        self._call("create", create_table_with_add_actions, self._table_uri(),
-                   Schema.from_arrow(_relaxed(_with_epoch(schema))), adds, mode="error",
-                   partition_by=[EPOCH_COLUMN], storage_options=self._delta_options or None,
-                   commit_properties=props)
+        try:
+            create_table_with_add_actions(
+                self._table_uri(), Schema.from_arrow(_relaxed(_with_epoch(schema))), adds,
+                mode="error", partition_by=[EPOCH_COLUMN],
+                storage_options=self._delta_options or None, commit_properties=props)
+        except Exception as exc:
+            if "already exists" in str(exc):  # another writer created it meanwhile
+                raise TableCreatedMeanwhile(str(exc)) from None
+            raise StorageError(f"Delta table {self.uri}: failed to create: "
+                               f"{type(exc).__name__}: {_first_line(exc)}") from None
         log.info("created Delta table %s, partitioned by %s", self.uri, EPOCH_COLUMN)
 
     def highest_attempt(self, epoch: str, namespace: str) -> int:
@@ -586,7 +596,7 @@ class DeltaCommit(Strategy):
             crashpoint("delta.before_table_commit")
             try:
                 self._commit(table, manifest, uris, schema)
-            except CommitFailedError as exc:
+            except (CommitFailedError, TableCreatedMeanwhile) as exc:
                 log.info("Delta commit of %s lost a race (%s); retrying on the new version",
                          manifest.txn_id, exc)
                 continue
