@@ -243,10 +243,9 @@ def test_racing_committers_of_one_attempt_make_one_version(make_sink):
 
 
 def test_same_attempt_committed_twice_to_the_table_makes_one_version(make_sink):
-    """Two switches of one decided attempt, the second entering while the first is at
-    its table commit (promotion locks are per process here): the txn makes the second
-    a no-op, or delta-rs refuses it as a concurrent transaction and the retry finds
-    the txn — either way one version."""
+    """A switch of an attempt the table already holds (a crash after the table commit,
+    then the strategy run again directly, outside the ledger's bookkeeping): the txn
+    makes it a no-op that only writes the marker — still one version."""
     sink = make_sink()
     txn1, _ = stage(sink, "5", {"a.parquet": rows("5", [1])})
     sink.commit(txn1)
