@@ -8,7 +8,8 @@ counting requests), and through a second proxy that adds nothing:
 * **iceberg**: an Iceberg target (``airflow_tpc.tables.open_sink('iceberg://...')``,
   pyiceberg SQL catalog on SQLite, warehouse on the same S3): the decision, then one
   Iceberg snapshot that adds the staged files where they are;
-* **delta**: a Delta target, when ``airflow_tpc.tables`` has one (else "not measured");
+* **delta**: a Delta target (``delta+s3://bucket/prefix``, delta-rs), when
+  ``airflow_tpc.tables`` has one (else "not measured");
 * **copy**: a folder target with copy promotion (``SinkConfig()``: 16 parallel
   server-side copies), the baseline of every ratio;
 * **manifest**: a folder target with ``promotion="manifest"`` (copies nothing).
@@ -20,13 +21,16 @@ exists, the pending index exists). Requests per precommit and per commit are the
 proxy's counts per S3 operation. Where the time goes is measured by wrapping (not
 changing) the functions a commit goes through, and by a cProfile of one commit.
 
-``--prototype`` adds two Iceberg variants that change how the committer gets the
-files' statistics, by monkeypatching *in this process only* (nothing in
-``airflow_tpc/`` is edited): **iceberg, footers in parallel once** (every footer read
-at most once per phase, 16 at a time, and the table commit reuses the footers the
-commit's own check read) and **iceberg, stats from pre-commit** (the footers read at
-pre-commit feed the table commit: zero footer reads at commit, as if the job wrote
-each file's statistics into the sealed manifest). ::
+``--prototype`` (on by default) adds three Iceberg variants that change how the
+committer gets the files' statistics, by monkeypatching *in this process only*
+(nothing in ``airflow_tpc/`` is edited): **iceberg, footers in parallel once** (each
+check reads the footers 16 at a time, and the table commit reuses the footers the
+switch's check read), **iceberg, stats from pre-commit** (the footers read at
+pre-commit feed the commit: zero footer reads at commit, as if the job wrote each
+file's statistics into the sealed manifest) and **iceberg, stats from pre-commit,
+schema checked once** (the same, with the per-file schema checks run once per
+distinct schema). It also times, without S3, the committer's per-file CPU steps once
+it holds the footers (``--cpu-files``). ::
 
     .venv/bin/python bench/bench_tables.py [--quick] [--sizes 1000 10000] [--reps 3]
         [--paths latency none] [--prototype] [--output docs/benchmarks.md]
@@ -127,7 +131,7 @@ def make_sink(variant: str, bucket: str, endpoint: str, workdir: str) -> Any:
     from airflow_tpc.tables import open_sink
 
     if variant == "delta":
-        return open_sink(f"delta://s3://{bucket}/delta/events", NAMESPACE,
+        return open_sink(f"delta+s3://{bucket}/delta/events", NAMESPACE,
                          storage_options=options)
     cat = tempfile.mkdtemp(prefix="catalog-", dir=workdir)
     props = {"type": "sql", "uri": f"sqlite:///{cat}/catalog.db",
@@ -186,6 +190,15 @@ class PhaseTimer:
                  "iceberg: _parquet_files_to_data_files (footer reads, parallel)"),
                 (ice, "epoch_commits", "iceberg: epoch_commits (snapshot history)"),
                 (ice, "_swap_marker", "published marker"),
+            ]
+        with contextlib.suppress(ImportError):
+            import airflow_tpc.tables.delta as dl
+            targets += [
+                (dl.DeltaTarget, "check_staged", "delta: check_staged (footer reads)"),
+                (dl.DeltaTarget, "footers", "delta: footers (sequential reads)"),
+                (dl.DeltaTarget, "load_table", "delta: load_table (log)"),
+                (dl.DeltaCommit, "_commit", "delta: table commit (_commit)"),
+                (dl, "_swap_marker", "published marker"),
             ]
         saved = []
         try:
