@@ -57,12 +57,15 @@ def open_sink(target: str, namespace: str | None, storage_options: dict[str, Any
     """A Sink for an existing target; the namespace defaults to the target's claim."""
     sink_config = SinkConfig(**config)
     storage = open_storage(target, storage_options, copy_workers=sink_config.copy_workers)[0]
-    if namespace is None:
-        probe = Sink(target, "_inspect", storage=storage)
-        namespace = probe.claimed_namespace()
-        if namespace is None:
-            raise TpcError(f"{probe.target} has no airflow-tpc ledger (no _tpc/sink.json)")
-    return Sink(target, namespace, storage=storage, config=sink_config)
+    probe = Sink(target, "_inspect", storage=storage)
+    owner = probe.claimed_namespace()
+    if owner is None:
+        raise TpcError(f"{probe.target} has no airflow-tpc ledger (no _tpc/sink.json)")
+    if namespace is not None and namespace != owner and not sink_config.allow_foreign_namespace:
+        raise TpcError(f"{probe.target} belongs to namespace {owner!r}, not {namespace!r}: "
+                       "omit --namespace to use the target's own (abort, recover and gc "
+                       "take --allow-foreign-namespace to act as another namespace)")
+    return Sink(target, namespace or owner, storage=storage, config=sink_config)
 
 
 def _connection_error(exc: BaseException) -> BaseException | None:
@@ -113,12 +116,32 @@ def _age(seconds: float | None) -> str:
     return f"{seconds:.0f}s"
 
 
+def _human_bytes(n: Any) -> Any:
+    if not isinstance(n, int) or isinstance(n, bool):
+        return n
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return n  # pragma: no cover
+
+
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
-    cells = [[("-" if r.get(c) is None else str(r.get(c))) for c in columns] for r in rows]
-    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
-    return "\n".join(lines)
+    """A plain-text table (tabulate): numbers right-aligned, bytes human-readable,
+    ``-`` for what is unknown.  ``--json`` gives the raw values."""
+    from tabulate import tabulate  # the CLI's only; the job-side package never needs it
+
+    def numeric(column: str) -> bool:
+        values = [r.get(column) for r in rows if r.get(column) is not None]
+        return bool(values) and all(isinstance(v, int) and not isinstance(v, bool)
+                                    for v in values)
+
+    align = ["right" if numeric(c) else "left" for c in columns]
+    cells = [[_human_bytes(r.get(c)) if c.endswith("bytes") else r.get(c) for c in columns]
+             for r in rows]
+    return tabulate(cells, headers=[c.upper() for c in columns], tablefmt="simple",
+                    missingval="-", colalign=align, disable_numparse=True)
 
 
 def cmd_list(sink: Sink, args: argparse.Namespace) -> Any:

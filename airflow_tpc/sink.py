@@ -930,7 +930,8 @@ class Sink:
         started = begin.started_at if isinstance(begin, Begin) else None
         abort = decision if isinstance(decision, AbortDecision) else None
         return TxnInfo(
-            epoch=epoch, attempt=attempt, txn_id=f"{self.namespace}/{epoch}/{attempt}",
+            epoch=epoch, attempt=attempt, txn_id=self._recorded_txn_id(epoch, attempt, begin,
+                                                                       decision),
             state=state, published=PUBLISHED in rec.kinds,
             superseded=state is TxnState.COMMITTED and (
                 SUPERSEDED in rec.kinds or (won is not None and won[0] > attempt)),
@@ -942,6 +943,16 @@ class Sink:
             staging_uri=self.storage.uri(staging), staging_files=len(staged),
             staging_bytes=sum(o.size for o in staged),
             owner=begin.owner if isinstance(begin, Begin) else None)
+
+    def _recorded_txn_id(self, epoch: str, attempt: int, begin: Any, decision: Any) -> str:
+        """The id the ledger gave the attempt (its begin or commit record names the
+        namespace), not one made up from this sink's namespace: inspecting a target
+        under a wrong namespace must not invent transactions nobody began."""
+        for rec in (begin, decision):
+            namespace = getattr(rec, "namespace", None)
+            if isinstance(namespace, str) and namespace:
+                return f"{namespace}/{epoch}/{attempt}"
+        return f"{self.namespace}/{epoch}/{attempt}"
 
     def table_version(self, epoch: str, digest: str) -> dict[str, str] | None:
         """The table-format commit that carries a manifest (``digest``) of ``epoch``:

@@ -62,6 +62,7 @@ from airflow_tpc import Sink, SinkConfig, Transaction
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import plotting  # noqa: E402  (bench/plotting.py)
 import summary  # noqa: E402  (bench/summary.py)
+import tables_report  # noqa: E402  (bench/tables_report.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUTPUT = ROOT / "docs" / "benchmarks.md"
@@ -1195,6 +1196,7 @@ def main(argv: list[str] | None = None) -> int:
                     plots, skipped)
     print(report)
     if args.output != "-":
+        report = tables_report.keep_block(Path(args.output), report)  # bench_tables.py's
         Path(args.output).write_text(report)
         log(f"written to {args.output}")
     return 0

@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import tables_report  # bench/tables_report.py (bench/ is on sys.path: run from there)
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = ROOT / "bench" / "results"
 BENCHMARKS_MD = ROOT / "docs" / "benchmarks.md"
@@ -233,6 +235,9 @@ def goal_lines(core: dict[str, Any] | None, spark: dict[str, Any] | None) -> lis
                 v >= 8 if r["n"] >= 1000 else None)
     out.append("| 6. benchmark notes | variant order rotates; parity said as parity | "
                "both benchmarks rotate the order every repetition | **met** |")
+    tables = load("tables")
+    if tables:  # issue 11's goal, from bench/bench_tables.py
+        out.append(tables_report.goal_row(tables))
     return out
 
 

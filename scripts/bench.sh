@@ -33,5 +33,6 @@ echo "== 1/2 transaction core: bench/bench_core.py ${quick[*]:-}" >&2
 .venv/bin/python bench/bench_core.py "${quick[@]}" >/dev/null
 echo "== 2/2 Spark end to end: bench/bench_spark.py ${spark_args[*]}" >&2
 .venv/bin/python bench/bench_spark.py "${spark_args[@]}"
+echo "== 3/3 tables: bench/bench_tables.py ${quick[*]:-}" >&2 && nice -n 10 .venv/bin/python bench/bench_tables.py "${quick[@]}" >/dev/null
 echo "== done in $(( $(date +%s) - start )) s: docs/benchmarks.md docs/bench-spark.md" \
      "docs/img/ bench/results/" >&2

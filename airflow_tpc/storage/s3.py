@@ -23,8 +23,8 @@ from typing import Any, TypeVar
 from ..errors import StorageError, TpcError
 from .base import CHUNK, ObjectInfo, Storage
 
-#: Objects above this size are copied with multipart ``UploadPartCopy`` (S3's
-#: single CopyObject limit is 5 GiB).
+#: Objects above this size are copied with boto3's managed multipart copy (s3transfer's
+#: ``UploadPartCopy``; S3's single CopyObject limit is 5 GiB).
 MULTIPART_COPY_THRESHOLD = 5 * 1024**3
 MULTIPART_CHUNK = 512 * 1024**2
 T = TypeVar("T")
@@ -404,35 +404,58 @@ class S3Storage(Storage):
         dbucket, dkey = self._split(dst)
         try:
             if size is not None and size > self.multipart_threshold:
-                self._multipart_copy(sbucket, skey, dbucket, dkey, size)
+                self._multipart_copy(sbucket, skey, dbucket, dkey, size, etag)
                 return
             answer = self.client.copy_object(
                 Bucket=dbucket, Key=dkey, CopySource={"Bucket": sbucket, "Key": skey})
         except StorageError:
             raise
         except Exception as exc:  # noqa: BLE001
+            if _client_error_code(exc).startswith("PreconditionFailed") and etag is not None:
+                raise self._changed(src, etag) from None
             raise self._fail("copy", src, exc) from None
         copied = str(answer.get("CopyObjectResult", {}).get("ETag", "")).strip('"')
         if etag is not None and copied != etag:
-            raise StorageError(f"{self.uri(src)} changed after it was verified (ETag {copied}, "
-                               f"the manifest says {etag}); refusing to publish it")
+            raise self._changed(src, etag, copied)
 
-    def _multipart_copy(self, sbucket: str, skey: str, dbucket: str, dkey: str, size: int) -> None:
-        client = self.client
-        upload_id = client.create_multipart_upload(Bucket=dbucket, Key=dkey)["UploadId"]
-        try:
-            parts = []
-            for number, start in enumerate(range(0, size, self.multipart_chunk), start=1):
-                end = min(start + self.multipart_chunk, size) - 1
-                resp = client.upload_part_copy(
-                    Bucket=dbucket, Key=dkey, UploadId=upload_id, PartNumber=number,
-                    CopySource={"Bucket": sbucket, "Key": skey},
-                    CopySourceRange=f"bytes={start}-{end}")
-                parts.append({"PartNumber": number, "ETag": resp["CopyPartResult"]["ETag"]})
-            client.complete_multipart_upload(
-                Bucket=dbucket, Key=dkey, UploadId=upload_id, MultipartUpload={"Parts": parts})
-        except Exception:
-            # best effort: the copy's own error is the one to report
-            with contextlib.suppress(Exception):
-                client.abort_multipart_upload(Bucket=dbucket, Key=dkey, UploadId=upload_id)
-            raise
+    def _changed(self, src: str, etag: str, now: str | None = None) -> StorageError:
+        seen = f"ETag {now}, " if now else ""
+        return StorageError(f"{self.uri(src)} changed after it was verified ({seen}the "
+                            f"manifest says {etag}); refusing to publish it")
+
+    def _multipart_copy(self, sbucket: str, skey: str, dbucket: str, dkey: str, size: int,
+                        etag: str | None) -> None:
+        """One object above ``multipart_threshold`` through boto3's managed copy
+        (s3transfer): parallel ``UploadPartCopy`` of ``multipart_chunk`` ranges, the
+        upload aborted on failure.  Every part is conditional on the source's ETag
+        (``CopySourceIfMatch``): the verified one when the manifest has it, else the
+        one s3transfer reads with a HEAD first, so a source rewritten mid-copy fails
+        the copy instead of publishing a mix of two versions."""
+        from s3transfer.manager import TransferConfig, TransferManager
+
+        config = TransferConfig(multipart_threshold=self.multipart_threshold + 1,
+                                multipart_chunksize=self.multipart_chunk,
+                                max_request_concurrency=8)
+        with TransferManager(self.client, config) as manager:
+            manager.copy({"Bucket": sbucket, "Key": skey}, dbucket, dkey,
+                         subscribers=[_KnownSource(size, etag)]).result()
+
+
+class _KnownSource:
+    """Tells s3transfer what the manifest already knows (size, ETag), so it does not
+    HEAD the source; an s3transfer subscriber (duck-typed: the job side never imports
+    s3transfer)."""
+
+    def __init__(self, size: int, etag: str | None) -> None:
+        self.size, self.etag = size, etag
+
+    def on_queued(self, future: Any, **kwargs: Any) -> None:
+        future.meta.provide_transfer_size(self.size)
+        if self.etag is not None:
+            future.meta.provide_object_etag(f'"{self.etag}"')
+
+    def on_progress(self, future: Any, bytes_transferred: int, **kwargs: Any) -> None:
+        pass
+
+    def on_done(self, future: Any, **kwargs: Any) -> None:
+        pass

@@ -1,0 +1,485 @@
+"""Table-format commits vs folder promotions on S3 (issue 11's benchmark).
+
+One epoch of N staged small Parquet files (1,000 / 10,000 / 100,000) is committed
+four ways, interleaved, on moto's S3 server reached through ``bench/s3_proxy.py``
+(the fault proxy adding a uniform 50-100 ms to every request, like real S3, and
+counting requests), and through a second proxy that adds nothing:
+
+* **iceberg**: an Iceberg target (``airflow_tpc.tables.open_sink('iceberg://...')``,
+  pyiceberg SQL catalog on SQLite, warehouse on the same S3): the decision, then one
+  Iceberg snapshot that adds the staged files where they are;
+* **delta**: a Delta target, when ``airflow_tpc.tables`` has one (else "not measured");
+* **copy**: a folder target with copy promotion (``SinkConfig()``: 16 parallel
+  server-side copies), the baseline of every ratio;
+* **manifest**: a folder target with ``promotion="manifest"`` (copies nothing).
+
+Timed: ``sink.precommit(txn)`` alone, then ``sink.commit(txn)`` alone (the whole
+commit: decision + table commit / promotion). Each variant's target first gets one
+untimed epoch of one file, so the timed commit is a steady-state one (the table
+exists, the pending index exists). Requests per precommit and per commit are the
+proxy's counts per S3 operation. Where the time goes is measured by wrapping (not
+changing) the functions a commit goes through, and by a cProfile of one commit.
+
+``--prototype`` adds two Iceberg variants that change how the committer gets the
+files' statistics, by monkeypatching *in this process only* (nothing in
+``airflow_tpc/`` is edited): **iceberg, footers in parallel once** (every footer read
+at most once per phase, 16 at a time, and the table commit reuses the footers the
+commit's own check read) and **iceberg, stats from pre-commit** (the footers read at
+pre-commit feed the table commit: zero footer reads at commit, as if the job wrote
+each file's statistics into the sealed manifest). ::
+
+    .venv/bin/python bench/bench_tables.py [--quick] [--sizes 1000 10000] [--reps 3]
+        [--paths latency none] [--prototype] [--output docs/benchmarks.md]
+
+Nothing is asserted: these are measurements, not tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import io
+import json
+import os
+import pstats
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_core as core  # noqa: E402  (bench/bench_core.py: moto, proxy, helpers)
+import tables_report  # noqa: E402  (bench/tables_report.py: the markdown)
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results" / "tables.json"
+EPOCH = "2026-01-01"
+WARMUP_EPOCH = "2025-12-31"
+NAMESPACE = "bench"
+#: How many distinct small files are generated (file i gets body i % DISTINCT).
+DISTINCT = 16
+PROTO_PARALLEL = "iceberg, footers in parallel once"
+PROTO_PRECOMMIT = "iceberg, stats from pre-commit"
+#: The proxies: "latency" adds --latency-ms to every request, "none" adds nothing.
+PATHS = ("latency", "none")
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------ the files
+def parquet_bodies(epoch: str) -> list[bytes]:
+    """DISTINCT small Parquet files of the events schema (id, value, epoch), 20-35 rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = []
+    for k in range(DISTINCT):
+        ids = list(range(k * 100, k * 100 + 20 + k))
+        table = pa.table({"id": pa.array(ids, pa.int64()),
+                          "value": pa.array([f"v{i}" for i in ids], pa.string()),
+                          "epoch": pa.array([epoch] * len(ids), pa.string())})
+        buf = io.BytesIO()
+        pq.write_table(table, buf)
+        out.append(buf.getvalue())
+    return out
+
+
+def stage_files(client: Any, staging_uri: str, n: int, bodies: list[bytes]) -> int:
+    """Put n Parquet files straight into moto (not through a proxy), as the job would."""
+    bucket, prefix = staging_uri.split("://", 1)[1].split("/", 1)
+    prefix = prefix.rstrip("/")
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: client.put_object(
+            Bucket=bucket, Key=f"{prefix}/part-{i:06d}.parquet",
+            Body=bodies[i % len(bodies)]), range(n)))
+    return sum(len(bodies[i % len(bodies)]) for i in range(n))
+
+
+# ------------------------------------------------------------------ the targets
+def delta_available() -> bool:
+    """Whether airflow_tpc.tables has a Delta target yet (being built in parallel)."""
+    from airflow_tpc import tables
+
+    return any(s.startswith("delta") for s in getattr(tables, "TABLE_SCHEMES", ()))
+
+
+def make_sink(variant: str, bucket: str, endpoint: str, workdir: str) -> Any:
+    """The sink of one variant, talking to S3 only through ``endpoint`` (a proxy)."""
+    from airflow_tpc import Sink, SinkConfig
+
+    options = {"endpoint_url": endpoint, **core.S3_CREDS}
+    if variant == "copy":
+        return Sink(f"s3://{bucket}/folder/events", NAMESPACE, storage_options=options)
+    if variant == "manifest":
+        return Sink(f"s3://{bucket}/folder/events", NAMESPACE, storage_options=options,
+                    config=SinkConfig(promotion="manifest"))
+    from airflow_tpc.tables import open_sink
+
+    if variant == "delta":
+        return open_sink(f"delta://s3://{bucket}/delta/events", NAMESPACE,
+                         storage_options=options)
+    cat = tempfile.mkdtemp(prefix="catalog-", dir=workdir)
+    props = {"type": "sql", "uri": f"sqlite:///{cat}/catalog.db",
+             "warehouse": f"s3://{bucket}/warehouse", "s3.endpoint": endpoint,
+             "s3.access-key-id": core.S3_CREDS["key"],
+             "s3.secret-access-key": core.S3_CREDS["secret"], "s3.region": "us-east-1"}
+    return open_sink("iceberg://bench/analytics.events", NAMESPACE, catalog_properties=props,
+                     storage_options=options)
+
+
+# ------------------------------------------------------ where the time goes
+class PhaseTimer:
+    """Wall time and calls of named functions, by wrapping them for one block.
+
+    Nested phases are each timed in full (a phase's time includes the phases it
+    calls); the report says which phase contains which.
+    """
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+
+    def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[name] += time.perf_counter() - t0
+                self.calls[name] += 1
+        return wrapper
+
+    @contextlib.contextmanager
+    def patched(self) -> Iterator[PhaseTimer]:
+        import airflow_tpc.promote as promote
+        import airflow_tpc.sink as sink_mod
+
+        targets: list[tuple[Any, str, str]] = [
+            (promote, "promote", "promote (everything after the decision record)"),
+            (promote, "_swap_marker", "published marker"),
+            (sink_mod.Sink, "precommit", "precommit (whole)"),
+        ]
+        for cls in [c for c in vars(promote).values()
+                    if isinstance(c, type) and issubclass(c, promote.Strategy)
+                    and "switch" in vars(c)]:
+            targets.append((cls, "switch", f"switch: {cls.__name__}"))
+        with contextlib.suppress(ImportError):
+            import pyiceberg.table as pt
+
+            import airflow_tpc.tables.iceberg as ice
+            targets += [
+                (ice.IcebergTarget, "check_staged", "iceberg: check_staged (footer reads)"),
+                (ice.IcebergTarget, "load_table", "iceberg: load_table (catalog + metadata)"),
+                (ice.IcebergSnapshot, "_commit", "iceberg: table commit (_commit)"),
+                (pt, "_parquet_files_to_data_files",
+                 "iceberg: _parquet_files_to_data_files (footer reads, parallel)"),
+                (ice, "epoch_commits", "iceberg: epoch_commits (snapshot history)"),
+                (ice, "_swap_marker", "published marker"),
+            ]
+        saved = []
+        try:
+            for owner, attr, name in targets:
+                orig = getattr(owner, attr)
+                saved.append((owner, attr, orig))
+                setattr(owner, attr, self.wrap(name, orig))
+            yield self
+        finally:
+            for owner, attr, orig in reversed(saved):
+                setattr(owner, attr, orig)
+
+    def take(self) -> dict[str, list[float]]:
+        out = {k: [round(self.seconds[k], 4), self.calls[k]] for k in sorted(self.seconds)}
+        self.seconds.clear()
+        self.calls.clear()
+        return out  # type: ignore[return-value]
+
+
+# ------------------------------------------------------ the prototypes
+class FooterCache:
+    """Footers (Parquet metadata and size) by URI, read 16 at a time."""
+
+    def __init__(self) -> None:
+        self.md: dict[str, Any] = {}
+        self.size: dict[str, int] = {}
+        self.reads = 0
+
+    def fill(self, io_: Any, uris: list[str]) -> None:
+        import pyarrow.parquet as pq
+
+        def read(uri: str) -> tuple[str, Any, int]:
+            with io_.new_input(uri).open() as stream:
+                return uri, pq.read_metadata(stream), stream.size()
+
+        todo = [u for u in uris if u not in self.md]
+        with ThreadPoolExecutor(16) as pool:
+            for uri, md, size in pool.map(read, todo):
+                self.md[uri], self.size[uri] = md, size
+        self.reads += len(todo)
+
+
+@contextlib.contextmanager
+def prototype(mode: str) -> Iterator[None]:
+    """Patch IcebergTarget.check_staged and pyiceberg's _parquet_files_to_data_files.
+
+    PROTO_PARALLEL: each check reads the footers it needs 16 at a time (the check
+    logic itself is the module's own functions), and the table commit builds its
+    DataFiles from the footers the check just read, instead of reading them again.
+    PROTO_PRECOMMIT: the footers read at pre-commit are kept (standing in for the
+    per-file statistics a job would write where it writes the files, sealed in the
+    manifest); at commit, the check and the DataFiles use them with no footer read.
+    """
+    import pyiceberg.table as pt
+    from pyiceberg.io.pyarrow import (
+        _check_pyarrow_schema_compatible,
+        compute_statistics_plan,
+        data_file_statistics_from_parquet_metadata,
+        parquet_path_to_id_mapping,
+    )
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+
+    import airflow_tpc.tables.iceberg as ice
+
+    cache = FooterCache()
+    orig_check = ice.IcebergTarget.check_staged
+    orig_files = pt._parquet_files_to_data_files
+    in_commit = {"on": False}
+
+    def check_staged(self: Any, uris: list[str], epoch: str, table: Any, *,
+                     decided: str | None = None) -> Any:
+        if mode == PROTO_PARALLEL:
+            cache.md.clear()
+            cache.size.clear()
+        if not (mode == PROTO_PRECOMMIT and in_commit["on"]):
+            cache.fill(table.io if table is not None else self.file_io(), uris)
+        problems: list[str] = []
+        schemas = {u: cache.md[u].schema.to_arrow_schema().remove_metadata() for u in uris}
+        for uri, schema in schemas.items():
+            problems += ice._epoch_problems(uri, cache.md[uri], schema, epoch)
+        if table is not None:
+            problems += self._table_problems(table)
+            for uri, schema in schemas.items():
+                problems += ice._schema_problems(uri, schema, table)
+        if problems:
+            raise ice.TableSchemaError("; ".join(problems[:20]))
+        if table is None:  # table creation: the untimed warm-up only
+            return orig_check(self, uris, epoch, table, decided=decided)
+        return next(iter(schemas.values()), None)
+
+    def data_files(table_metadata: Any, file_paths: list[str], io_: Any) -> list[DataFile]:
+        if any(p not in cache.md for p in file_paths):
+            return list(orig_files(table_metadata, file_paths, io_))
+        schema = table_metadata.schema()
+        plan = compute_statistics_plan(schema, table_metadata.properties)
+        mapping = parquet_path_to_id_mapping(schema)
+        out = []
+        for path in file_paths:
+            md = cache.md[path]
+            _check_pyarrow_schema_compatible(schema, md.schema.to_arrow_schema(),
+                                             format_version=table_metadata.format_version)
+            stats = data_file_statistics_from_parquet_metadata(
+                parquet_metadata=md, stats_columns=plan, parquet_column_mapping=mapping)
+            out.append(DataFile.from_args(
+                content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET,
+                partition=stats.partition(table_metadata.spec(), schema),
+                file_size_in_bytes=cache.size[path], sort_order_id=None,
+                spec_id=table_metadata.default_spec_id, equality_ids=None, key_metadata=None,
+                **stats.to_serialized_dict()))
+        return out
+
+    ice.IcebergTarget.check_staged = check_staged  # type: ignore[method-assign]
+    pt._parquet_files_to_data_files = data_files
+    try:
+        yield in_commit  # type: ignore[misc]
+    finally:
+        ice.IcebergTarget.check_staged = orig_check  # type: ignore[method-assign]
+        pt._parquet_files_to_data_files = orig_files
+
+
+# ------------------------------------------------------------------ one run
+def run_variant(variant: str, n: int, path: str, rep: int, moto: str, proxies: dict[str, Any],
+                client: Any, bodies: dict[str, list[bytes]], workdir: str,
+                timer: PhaseTimer, profile: bool = False) -> dict[str, Any]:
+    """Warm-up epoch, then stage n files, time precommit and commit, count requests."""
+    core.moto_reset(moto)
+    bucket = f"tables-{n}-{rep}-{abs(hash(variant)) % 10_000}"
+    client.create_bucket(Bucket=bucket)
+    via = proxies[path]
+    base = variant.split(",")[0]
+    sink = make_sink(base, bucket, via.endpoint, workdir)
+    warm = sink.begin(WARMUP_EPOCH)
+    stage_files(client, warm.staging_uri, 1, bodies[WARMUP_EPOCH])
+    sink.commit(warm, expected_digest=sink.precommit(warm).digest)
+    txn = sink.begin(EPOCH)
+    staged_bytes = stage_files(client, txn.staging_uri, n, bodies[EPOCH])
+    proto = prototype(variant) if variant in (PROTO_PARALLEL, PROTO_PRECOMMIT) \
+        else contextlib.nullcontext({})
+    prof = cProfile.Profile() if profile else None
+    with proto as flags, timer.patched():
+        via.requests()
+        t_pre, manifest = core.timed(lambda: sink.precommit(txn))
+        pre_req = via.requests()
+        pre_phases = timer.take()
+        flags["on"] = True
+        if prof is not None:
+            prof.enable()
+        t_commit, result = core.timed(lambda: sink.commit(txn, expected_digest=manifest.digest))
+        if prof is not None:
+            prof.disable()
+        commit_req = via.requests()
+        phases = timer.take()
+    if result.outcome != "committed":
+        raise RuntimeError(f"{variant} commit of {n} files: {result.outcome}")
+    out = {"precommit": t_pre, "commit": t_commit, "precommit_requests": pre_req,
+           "commit_requests": commit_req, "precommit_phases": pre_phases,
+           "commit_phases": phases, "staged_bytes": staged_bytes}
+    if prof is not None:
+        out["profile"] = profile_rows(prof)
+    return out
+
+
+def profile_rows(prof: cProfile.Profile, top: int = 14) -> list[list[Any]]:
+    """Top functions by cumulative time below commit() (wall clock: waits count)."""
+    st = pstats.Stats(prof, stream=io.StringIO())
+    rows = []
+    for (file, line, func), (_cc, nc, tt, ct, _callers) in st.stats.items():  # type: ignore[attr-defined]
+        short = file
+        for marker in ("site-packages/", "airflow_tpc/", "bench/"):
+            if marker in file:
+                short = file[file.index(marker):].replace("site-packages/", "")
+                break
+        rows.append([f"{func} ({short}:{line})", nc, round(tt, 4), round(ct, 4)])
+    rows.sort(key=lambda r: -r[3])
+    keep = [r for r in rows if "bench_tables" not in r[0] and "bench/" not in r[0]
+            and not r[0].startswith("<built-in method builtins.exec")]
+    return keep[:top]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: 100 files, 1 repetition, both paths, prototypes "
+                        "(~4 min)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=None,
+                        help="staged files per commit (default 1000 10000)")
+    parser.add_argument("--reps", type=int, default=None, help="repetitions (default 3)")
+    parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS),
+                        help="through the latency proxy, the no-latency proxy, or both")
+    parser.add_argument("--variants", nargs="+", default=None,
+                        help="subset of: iceberg delta copy manifest (default all available)")
+    parser.add_argument("--prototype", action="store_true",
+                        help="also the two Iceberg prototypes (monkeypatched, this process; "
+                        "on by default unless --variants is given)")
+    parser.add_argument("--slow-max", type=int, default=1_000,
+                        help="run Iceberg as shipped behind latency only up to this many "
+                        "files (default 1000: at 10,000 one commit takes over an hour; its "
+                        "requests grow linearly, so larger sizes are extrapolated)")
+    parser.add_argument("--latency-ms", type=float, nargs=2, default=[50.0, 100.0],
+                        metavar=("MIN", "MAX"))
+    parser.add_argument("--profile", action="store_true",
+                        help="cProfile one Iceberg commit of the first size and path")
+    parser.add_argument("--results", default=str(RESULTS),
+                        help="JSON (default bench/results/tables.json); cases of other sizes "
+                        "and paths already in it are kept, unless --fresh")
+    parser.add_argument("--fresh", action="store_true", help="drop earlier cases")
+    parser.add_argument("--output", default=str(core.DEFAULT_OUTPUT),
+                        help="markdown with the Tables section ('-' for none)")
+    args = parser.parse_args(argv)
+    sizes = args.sizes or ([100] if args.quick else [1_000, 10_000])
+    reps = args.reps or (1 if args.quick else 3)
+    prototypes = args.prototype or args.quick or not args.variants
+    variants = args.variants or ["iceberg", "delta", "copy", "manifest"]
+    if "delta" in variants and not delta_available():
+        log("delta: airflow_tpc.tables has no Delta target yet: not measured")
+        variants.remove("delta")
+    if prototypes:
+        variants += [v for v in (PROTO_PARALLEL, PROTO_PRECOMMIT) if v not in variants]
+    unknown = set(variants) - {"iceberg", "delta", "copy", "manifest", PROTO_PARALLEL,
+                               PROTO_PRECOMMIT}
+    if unknown:
+        parser.error(f"unknown variants: {', '.join(sorted(unknown))}")
+    started = time.perf_counter()
+    load_start = os.getloadavg()
+    workdir = tempfile.mkdtemp(prefix="tpc-bench-tables-")
+    info = core.machine_info(workdir)
+    bodies = {e: parquet_bodies(e) for e in (EPOCH, WARMUP_EPOCH)}
+    timer = PhaseTimer()
+    cases: list[dict[str, Any]] = []
+    profile: dict[str, Any] = {}
+    lat = (args.latency_ms[0], args.latency_ms[1])
+    with core.moto_server() as moto:
+        proxies = {"latency": core.LatencyProxy(moto, lat),
+                   "none": core.LatencyProxy(moto, (0.0, 0.0))}
+        client = core.s3_client(moto)
+        try:
+            for n in sizes:
+                for path in args.paths:
+                    case: dict[str, Any] = {
+                        "files": n, "path": path,
+                        "latency_ms": list(lat) if path == "latency" else [0, 0],
+                        "reps": reps, "runs": {v: [] for v in variants},
+                        "load": [os.getloadavg()[0]]}
+                    for rep in range(reps):
+                        for variant in core.rotated(variants, rep):
+                            if variant == "iceberg" and path == "latency" \
+                                    and n > args.slow_max:
+                                continue
+                            r = run_variant(variant, n, path, rep, moto, proxies, client,
+                                            bodies, workdir, timer)
+                            case["runs"][variant].append(r)
+                            log(f"  {n:>6} files, {path:<7} rep {rep + 1}/{reps} {variant}: "
+                                f"precommit {core.fmt_s(r['precommit'])} "
+                                f"({sum(r['precommit_requests'].values())} req), commit "
+                                f"{core.fmt_s(r['commit'])} "
+                                f"({sum(r['commit_requests'].values())} req)")
+                    case["load"].append(os.getloadavg()[0])
+                    cases.append(case)
+                    if args.profile and not profile and "iceberg" in variants:
+                        r = run_variant("iceberg", n, path, reps, moto, proxies, client,
+                                        bodies, workdir, timer, profile=True)
+                        profile = {"files": n, "path": path, "commit": r["commit"],
+                                   "rows": r["profile"]}
+        finally:
+            for p in proxies.values():
+                p.close()
+            shutil.rmtree(workdir, ignore_errors=True)
+    elapsed = time.perf_counter() - started
+    results_path = Path(args.results)
+    old = json.loads(results_path.read_text()) if results_path.exists() and not args.fresh \
+        else {}
+    keep = [c for c in old.get("cases", [])
+            if (c["files"], c["path"]) not in {(c2["files"], c2["path"]) for c2 in cases}]
+    cmd = "python bench/bench_tables.py" + (" " + " ".join(argv if argv is not None
+                                                           else sys.argv[1:])).rstrip()
+    run = {"command": cmd.strip(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+           "elapsed_s": round(elapsed, 1), "load_start": list(load_start),
+           "load_end": list(os.getloadavg()), "cores": os.cpu_count(),
+           "code": info["airflow-tpc commit"], "machine": info,
+           "delta": "measured" if "delta" in variants else "not measured: no Delta target in "
+           "airflow_tpc.tables yet"}
+    for c in cases:
+        c["run"] = run
+    data = {"schema": 1, "runs": [*old.get("runs", []), run] if not args.fresh else [run],
+            "cases": sorted([*keep, *cases], key=lambda c: (c["files"], c["path"])),
+            "profile": profile or old.get("profile", {})}
+    results_path.parent.mkdir(parents=True, exist_ok=True)
+    results_path.write_text(json.dumps(data, indent=1) + "\n")
+    log(f"results saved to {results_path}")
+    if args.output != "-":
+        tables_report.write(data, Path(args.output))
+        log(f"Tables section written to {args.output}")
+    print(tables_report.render(data))
+    return 0
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    raise SystemExit(main())
