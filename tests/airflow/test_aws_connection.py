@@ -260,3 +260,22 @@ def test_role_assumption_commits_through_dag_test_and_leaks_nothing(
             assert secret not in dump, table
         for cmdline in recorder.cmdlines:
             assert secret.encode() not in cmdline, cmdline[:200]
+
+
+def test_refreshed_role_credentials_rebuild_the_sink(airflow_db, iam_s3, monkeypatch):
+    """Role sessions of 900 s are inside botocore's 15 min refresh window from the start, so
+    each look at the kept session refreshes them: the hook follows with a new sink, and the
+    new credentials work (what happens, hours later, to a poking sensor or the trigger)."""
+    from airflow_tpc.airflow.hooks import TpcHook
+
+    endpoint = iam_s3["endpoint"]
+    _aws_conn(monkeypatch, "tpc_aws_short", iam_s3["assumer"], endpoint_url=endpoint,
+              role_arn=iam_s3["role_arn"], assume_role_kwargs={"DurationSeconds": 900},
+              service_config={"sts": {"endpoint_url": endpoint}})
+    hook = TpcHook(f"s3://{BUCKET}/short", "aws_short", storage_conn_id="tpc_aws_short")
+    first = hook.get_sink()
+    first_key = hook.storage_options()["key"]
+    second = hook.get_sink()
+    assert second is not first and hook.storage_options()["key"] != first_key
+    _commit_through_hook(hook, "2026-09-03")  # every step on freshly refreshed credentials
+    assert len(issued_credentials(endpoint)) >= 4
