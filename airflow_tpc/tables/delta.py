@@ -128,6 +128,10 @@ def delta_storage_options(options: dict[str, Any] | None) -> dict[str, str]:
     return out
 
 
+class TableCreatedMeanwhile(Exception):
+    """Our creating commit lost to another writer's: retried on the table it made."""
+
+
 class DeltaTarget:
     """One Delta table, named by its location: ``delta+file:///path`` or
     ``delta+s3://bucket/prefix``.
@@ -252,10 +256,16 @@ class DeltaTarget:
         from deltalake.schema import Schema
         from deltalake.transaction import create_table_with_add_actions
 
-        self._call("create", create_table_with_add_actions, self._table_uri(),
-                   Schema.from_arrow(_relaxed(_with_epoch(schema))), adds, mode="error",
-                   partition_by=[EPOCH_COLUMN], storage_options=self._delta_options or None,
-                   commit_properties=props)
+        try:
+            create_table_with_add_actions(
+                self._table_uri(), Schema.from_arrow(_relaxed(_with_epoch(schema))), adds,
+                mode="error", partition_by=[EPOCH_COLUMN],
+                storage_options=self._delta_options or None, commit_properties=props)
+        except Exception as exc:
+            if "already exists" in str(exc):  # another writer created it meanwhile
+                raise TableCreatedMeanwhile(str(exc)) from None
+            raise StorageError(f"Delta table {self.uri}: failed to create: "
+                               f"{type(exc).__name__}: {_first_line(exc)}") from None
         log.info("created Delta table %s, partitioned by %s", self.uri, EPOCH_COLUMN)
 
     def highest_attempt(self, epoch: str, namespace: str) -> int:
@@ -265,11 +275,35 @@ class DeltaTarget:
         return int(self._call("read the txn of", table.transaction_version,
                               app_id(namespace, epoch)) or 0)
 
-    def commits_of(self, table: DeltaTable, epoch: str, namespace: str) -> dict[str, int]:
+    def commit_infos(self) -> list[dict[str, Any]]:
+        """The ``commitInfo`` of every commit still in ``_delta_log``, newest first, each
+        with its ``version`` — read from the log files through airflow-tpc's store (as
+        ``DeltaTable.history()`` would, which fails on some S3-compatible stores)."""
+        log_dir = self.storage.join(self._root, LOG_DIR)
+        out: list[dict[str, Any]] = []
+        try:
+            for obj in self.storage.list(log_dir):
+                name = obj.path.rsplit("/", 1)[-1]
+                stem = name[:-len(".json")]
+                if not (name.endswith(".json") and stem.isdigit() and len(stem) == 20):
+                    continue
+                for line in (self.storage.read_bytes(obj.path) or b"").splitlines():
+                    action = json.loads(line) if line.strip() else {}
+                    if isinstance(action.get("commitInfo"), dict):
+                        out.append({**action["commitInfo"], "version": int(stem)})
+                        break
+        except StorageError:
+            raise
+        except Exception as exc:
+            raise StorageError(f"cannot read the log of Delta table {self.uri}: "
+                               f"{type(exc).__name__}: {_first_line(exc)}") from None
+        return sorted(out, key=lambda info: -info["version"])
+
+    def commits_of(self, epoch: str, namespace: str) -> dict[str, int]:
         """``{manifest digest: version}`` of the epoch's airflow-tpc commits that the
         retained log's ``commitInfo`` records."""
         out: dict[str, int] = {}
-        for info in self._call("read the history of", table.history):
+        for info in self.commit_infos():
             if info.get(PROP_EPOCH) == epoch and info.get(PROP_NAMESPACE) == namespace \
                     and info.get(PROP_DIGEST):
                 out.setdefault(str(info[PROP_DIGEST]), int(info["version"]))
@@ -278,10 +312,7 @@ class DeltaTarget:
     def table_version(self, epoch: str, namespace: str,
                       digest: str) -> dict[str, str] | None:
         """The Delta version whose ``commitInfo`` carries this manifest's digest."""
-        table = self.load_table()
-        if table is None:
-            return None
-        version = self.commits_of(table, epoch, namespace).get(digest)
+        version = self.commits_of(epoch, namespace).get(digest)
         if version is None:
             return None
         return {"table": self.uri, "format": "delta", "version": str(version)}
@@ -565,7 +596,7 @@ class DeltaCommit(Strategy):
             crashpoint("delta.before_table_commit")
             try:
                 self._commit(table, manifest, uris, schema)
-            except CommitFailedError as exc:
+            except (CommitFailedError, TableCreatedMeanwhile) as exc:
                 log.info("Delta commit of %s lost a race (%s); retrying on the new version",
                          manifest.txn_id, exc)
                 continue
@@ -582,10 +613,10 @@ class DeltaCommit(Strategy):
     def _check_same(self, table: DeltaTable, manifest: Manifest) -> None:
         """The epoch's txn is at this attempt: it must be this manifest (a number reused
         after the ledger was lost, with other files, is refused and changes nothing)."""
-        commits = self.target.commits_of(table, manifest.epoch, manifest.namespace)
+        commits = self.target.commits_of(manifest.epoch, manifest.namespace)
         if manifest.digest in commits:
             return
-        for info in self.target._call("read the history of", table.history):
+        for info in self.target.commit_infos():
             if info.get(PROP_EPOCH) == manifest.epoch \
                     and info.get(PROP_NAMESPACE) == manifest.namespace \
                     and info.get(PROP_ATTEMPT) == str(manifest.attempt):

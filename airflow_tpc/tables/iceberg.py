@@ -32,6 +32,10 @@ snapshots, so a crash after the table commit (before the ledger records it)
 rolls forward to exactly one snapshot; a higher attempt of E found there means
 this lower attempt is never applied.
 
+The sink is :class:`~airflow_tpc.tables.base.TableSink` (the skeleton shared with
+Delta): the guarded staging removal (``TableLayout``), the schema checks at
+pre-commit and commit, ``table_version`` and attempt numbering come from there.
+
 Requirements on the staged files, checked at pre-commit and again at commit
 before the decision (:meth:`IcebergTarget.check_staged`): Parquet with
 statistics, a string column ``epoch`` holding exactly the epoch's name (the job

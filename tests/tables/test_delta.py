@@ -7,6 +7,7 @@ delta-rs for foreign writers; readers: delta-rs, pyarrow over the table's datase
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -70,7 +71,7 @@ def duck_ids(sink: DeltaSink) -> list[int]:
 
 def ours(sink: DeltaSink, epoch: str | None = None) -> list[dict]:
     """airflow-tpc's commits (of one epoch), oldest first, from the log's commitInfo."""
-    history = sink.table_target.load_table().history()
+    history = sink.table_target.commit_infos()
     return [h for h in reversed(history)
             if h.get(PROP_TXN_ID) and (epoch is None or h[PROP_EPOCH] == epoch)]
 
@@ -242,10 +243,9 @@ def test_racing_committers_of_one_attempt_make_one_version(make_sink):
 
 
 def test_same_attempt_committed_twice_to_the_table_makes_one_version(make_sink):
-    """Two switches of one decided attempt, the second entering while the first is at
-    its table commit (promotion locks are per process here): the txn makes the second
-    a no-op, or delta-rs refuses it as a concurrent transaction and the retry finds
-    the txn — either way one version."""
+    """A switch of an attempt the table already holds (a crash after the table commit,
+    then the strategy run again directly, outside the ledger's bookkeeping): the txn
+    makes it a no-op that only writes the marker — still one version."""
     sink = make_sink()
     txn1, _ = stage(sink, "5", {"a.parquet": rows("5", [1])})
     sink.commit(txn1)
@@ -291,6 +291,41 @@ def test_concurrent_foreign_commit_is_retried_and_survives(make_sink, table_uri)
     assert ids(sink) == [1, 6, 99]
     assert [h[PROP_ATTEMPT] for h in ours(sink)] == ["1", "1"]
     assert sink.table_target.load_table().version() == 2
+
+
+def test_a_foreign_writer_creating_the_table_first_is_retried(make_sink, table_uri):
+    """Our first commit would create the table; another writer creates it (partitioned
+    by epoch) just before: ours is retried as an ordinary commit on its table."""
+    sink = make_sink()
+    txn, _ = stage(sink, "5", {"a.parquet": rows("5", [1])})
+
+    def foreign_create(_name: str) -> None:
+        if sink.table_target.load_table() is None:
+            write_deltalake(table_uri[len("delta+file://"):], rows("x", [99]),
+                            partition_by=["epoch"])
+
+    with armed("delta.before_table_commit", foreign_create):
+        assert sink.commit(txn).outcome == "committed"
+    assert ids(sink) == [1, 99] and sink.table_target.load_table().version() == 1
+
+
+def test_readers_see_old_or_new_epoch_at_every_step(make_sink):
+    """pyarrow and DuckDB read at every step of a commit: the whole old epoch or the
+    whole new one, never a mix, never nothing."""
+    sink = make_sink()
+    txn, _ = _setup(sink)
+    seen = []
+
+    def read(name: str) -> None:
+        seen.append((name, ids(sink), duck_ids(sink)))
+
+    with contextlib.ExitStack() as stack:
+        for step in COMMIT_STEPS:
+            stack.enter_context(armed(step, read))
+        sink.commit(txn)
+    assert [s[0] for s in seen] == COMMIT_STEPS
+    assert all(a == b and a in ([1, 2], [7]) for _, a, b in seen)
+    assert seen[0][1] == [1, 2] and seen[-1][1] == [7]
 
 
 def test_conflicting_foreign_schema_change_is_refused_cleanly(make_sink, table_uri):
