@@ -282,3 +282,16 @@ def test_a_namespace_becomes_one_name_segment(stats_backend, tmp_path):
     assert "airflow_tpc.commit.files.sales__eu_daily" in names, names
     tagged = [tags for kind, stat, tags in backend.calls if stat == "airflow_tpc.commit.files"]
     assert tagged == [{"namespace": "sales.eu daily", "target_kind": "file"}]
+
+
+def test_the_stats_import_is_not_deprecated():
+    """``airflow.stats`` is a deprecated shim in Airflow 3.3; the SDK path is not: a
+    fresh interpreter with deprecation warnings as errors imports it and emits."""
+    code = ("import warnings; warnings.simplefilter('error')\n"
+            "from airflow_tpc.airflow.metrics import COMMITS, TpcMetrics, _stats\n"
+            "_stats()\n"
+            "TpcMetrics('ns', 's3://b/t').incr(COMMITS)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Could not emit" not in proc.stderr
