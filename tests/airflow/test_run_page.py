@@ -181,7 +181,7 @@ def browser() -> Iterator[Any]:
 
 def _login(browser: Any, base: str, user: str) -> Any:
     """A browser context logged in through Airflow's own login form."""
-    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    context = browser.new_context(viewport={"width": 1600, "height": 820})
     context.set_default_timeout(120_000)
     page = context.new_page()
     page.goto(f"{base}/auth/login")
@@ -306,6 +306,11 @@ def test_manifest_pages_and_extra_link(server, seeded, browser):
     assert "part-0.parquet" in cells[0] and cells[1] == "3.0 MiB" and cells[2] == "250,000"
     assert cells[3].startswith("etag:"), cells
     assert S3_SECRET not in page.content()
+    # Outside Airflow's frame the page follows the OS colour scheme.
+    assert page.evaluate("document.documentElement.dataset.theme") == "light"
+    page.emulate_media(color_scheme="dark")
+    page.reload()
+    assert page.evaluate("document.documentElement.dataset.theme") == "dark"
     page.context.close()
 
 
@@ -343,6 +348,10 @@ def test_run_page_in_airflow_ui_and_abort(server, seeded, browser):
         "e => getComputedStyle(e).getPropertyValue('--c').trim()")
     assert colour == "#ff0000", colour
     assert "None" not in frame.locator("body").inner_text()
+    # Inside Airflow's UI the page takes the UI's own colour mode.
+    ui_mode = page.evaluate("document.documentElement.classList.contains('dark')")
+    theme = frame.locator("html").get_attribute("data-theme")
+    assert theme == ("dark" if ui_mode else "light"), theme
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOT))
 
