@@ -131,3 +131,18 @@ def test_unreachable_catalog_and_missing_pyiceberg_are_one_error_line(tmp_path):
                           timeout=300)
     assert proc.returncode == 2, proc.stderr
     assert "pip install 'airflow-tpc[tables]'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_delta_table_target(tmp_path, capsys):
+    """A Delta target (no catalog): the same commands through the same open_sink."""
+    target = f"delta+file://{tmp_path}/dt"
+    sink = open_sink(target, "cli-delta")
+    txn, m = _stage(sink, "2026-11-01", [1, 2])
+    sink.commit(txn, expected_digest=m.digest)
+    _stage(sink, "2026-11-02", [3])
+    assert main(["status", target, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["namespace"] == "cli-delta" and doc["committed_epochs"] == ["2026-11-01"]
+    assert main(["abort", target, "--epoch", "2026-11-02"]) == 0
+    assert "aborted cli-delta/2026-11-02/1" in capsys.readouterr().out
+    assert [str(i.state) for i in sink.describe("2026-11-02")] == ["ABORTED"]

@@ -74,3 +74,24 @@ def test_a_table_without_its_file_list_is_one_clear_error(spark, sink, tmp_path)
         read_committed(spark, TABLE, committed=str(tmp_path / "missing.json"))
     # nothing committed: an empty frame typed by schema
     assert read_committed(spark, TABLE, committed={}, schema="id long").count() == 0
+
+
+def test_read_committed_of_a_delta_table(spark, tmp_path):
+    """The same job side and reader for a Delta target: the list comes from the table's
+    log (DeltaSink.committed_files), the files from where the job wrote them."""
+    import deltalake
+
+    target = f"delta+file://{tmp_path}/delta_reads"
+    sink = open_sink(target, "reads")
+    for epoch, ids in (("2026-11-01", [1, 2]), ("2026-11-01", [7]), ("2026-11-02", [8])):
+        txn = sink.begin(epoch)
+        job = JobTransaction.from_payload(build_payload(txn, promotion="manifest",
+                                                        table=target))
+        df = spark.createDataFrame([(i, f"v{i}") for i in ids], "id long, s string")
+        job.with_epoch_column(df).write.mode("overwrite").parquet(job.output_uri)
+        sink.commit(txn, expected_digest=job.precommit().digest)
+    committed = sink.committed_files()
+    got = _rows(read_committed(spark, target, committed=committed))
+    assert got == [("2026-11-01", 7), ("2026-11-02", 8)]
+    table = deltalake.DeltaTable(f"{tmp_path}/delta_reads").to_pyarrow_table()
+    assert sorted(zip(table["epoch"].to_pylist(), table["id"].to_pylist(), strict=True)) == got
