@@ -13,3 +13,8 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m uv pip install --quiet --python .venv/bin/python -e ".[dev]"
   touch "$stamp"
 fi
+# The browser test (tests/airflow/test_run_page.py) drives the OS's Chromium; install it
+# when it is missing and we may (root).  Without it that test fails with a clear message.
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  apt-get update -qq && apt-get install -y -qq chromium
+fi

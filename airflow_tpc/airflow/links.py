@@ -1,4 +1,10 @@
-"""Extra links: the manifest a commit published, and the transaction page of a run."""
+"""Extra links: the manifest a commit published, and the transaction page of a run.
+
+Both open pages of the airflow-tpc UI plugin (:mod:`airflow_tpc.airflow.plugin`), served
+over http by Airflow's own API server, for every store: the Airflow 3 UI does not show
+``file://`` links, and a staging URL points at files deleted once the commit publishes.
+The links are relative to the API server (no host), so they work behind any proxy name.
+"""
 
 from __future__ import annotations
 
@@ -15,46 +21,61 @@ if TYPE_CHECKING:
 
 #: URL prefix of the airflow-tpc UI plugin (see :mod:`airflow_tpc.airflow.plugin`).
 PLUGIN_URL_PREFIX = "/airflow-tpc"
+#: The commit task's summary XCom (epoch, attempt, digest, totals); see operators.py.
+_COMMIT_XCOM_KEY = "tpc_commit"
 
 
 def manifest_url(uri: str) -> str:
-    """What the *TPC manifest* link opens: the store's browser URL for ``uri`` when it has
-    one (S3's https form), else the URI itself.  The store class decides, not a prefix
-    test, so every spelling of a store (``s3a://``, upper-case schemes) links alike."""
+    """The store's own browser URL for ``uri`` when it has one (S3's https form), else the
+    URI.  The store class decides, not a prefix test.  The extra link does not use it any
+    more (see :class:`ManifestLink`); kept for callers that want the store's address."""
     return storage_class(uri).browser_url(uri) or uri
 
 
+def run_page_url(dag_id: str, run_id: str) -> str:
+    """The plugin's page of a DAG run's transactions."""
+    return f"{PLUGIN_URL_PREFIX}/run?{urlencode({'dag_id': dag_id, 'run_id': run_id})}"
+
+
+def manifest_page_url(dag_id: str, run_id: str, epoch: str, attempt: int) -> str:
+    """The plugin's page of one attempt's manifest (files, sizes, checksums, rows)."""
+    query = urlencode({"dag_id": dag_id, "run_id": run_id, "epoch": epoch,
+                       "attempt": int(attempt)})
+    return f"{PLUGIN_URL_PREFIX}/manifest?{query}"
+
+
 class ManifestLink(BaseOperatorLink):
-    """Link to the pre-commit manifest (file list + digest) the commit task published."""
+    """Link to the manifest page of the attempt the commit task committed."""
 
     name = "TPC manifest"
 
     @classmethod
     def persist(cls, context: Context, manifest_uri: str | None) -> None:
-        """Store the URL in XCom: the API server reads it from there (by ``xcom_key``)."""
-        if manifest_uri:
-            context["ti"].xcom_push(key=cls().xcom_key, value=manifest_url(str(manifest_uri)))
+        """Kept for the commit operator's call; the link is derived from the commit summary
+        XCom when the task finishes (:meth:`get_link`), so nothing is stored here."""
 
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
-        return _stored_link(ti_key, self.xcom_key)
+        """Run by the worker when the task ends (Airflow 3 stores the result as the link's
+        XCom): the page of the committed attempt, or no link if nothing was committed."""
+        from airflow.sdk.execution_time.xcom import XCom
+
+        summary = XCom.get_value(ti_key=ti_key, key=_COMMIT_XCOM_KEY)
+        if not isinstance(summary, dict) or "epoch" not in summary:
+            return ""
+        return manifest_page_url(ti_key.dag_id, ti_key.run_id, str(summary["epoch"]),
+                                 int(summary["attempt"]))
 
 
 class TransactionLink(BaseOperatorLink):
-    """Link to the airflow-tpc plugin page listing this run's transactions."""
+    """Link to the airflow-tpc page listing this run's transactions."""
 
     name = "TPC transactions"
 
     @classmethod
     def persist(cls, context: Context, txn: Any) -> None:
+        """Stored as soon as the transaction begins, so the link works while the job runs."""
         ti = context["ti"]
-        query = urlencode({"dag_id": ti.dag_id, "run_id": ti.run_id})
-        context["ti"].xcom_push(key=cls().xcom_key, value=f"{PLUGIN_URL_PREFIX}/?{query}")
+        ti.xcom_push(key=cls().xcom_key, value=run_page_url(ti.dag_id, ti.run_id))
 
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
-        return _stored_link(ti_key, self.xcom_key)
-
-
-def _stored_link(ti_key: TaskInstanceKey, xcom_key: str) -> str:
-    from airflow.sdk.execution_time.xcom import XCom
-
-    return str(XCom.get_value(ti_key=ti_key, key=xcom_key) or "")
+        return run_page_url(ti_key.dag_id, ti_key.run_id)

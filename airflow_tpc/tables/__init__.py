@@ -4,12 +4,16 @@ The protocol stays one protocol: the ledger's ``decision.json`` is still the com
 point, and the table format's own atomic commit is the promotion strategy's switch
 (plugged into :func:`airflow_tpc.promote.strategy_for`).  Staged files are added to
 the table where they were written — never copied — so for a table target staging
-lives inside the table's data location and committed files are never deleted by
-airflow-tpc while a retained snapshot references them.
+lives inside the table's location and committed files are never deleted by
+airflow-tpc while a retained table version references them.
 
-Only Iceberg is implemented (:mod:`airflow_tpc.tables.iceberg`).  The table
-libraries are an optional extra (``pip install airflow-tpc[tables]``): they are
-imported lazily, so ``import airflow_tpc`` never needs them.
+Formats: Iceberg (:mod:`airflow_tpc.tables.iceberg`, ``iceberg://<catalog>/<ns>.<table>``,
+one snapshot per epoch commit) and Delta Lake through delta-rs
+(:mod:`airflow_tpc.tables.delta`, ``delta+file:///path`` / ``delta+s3://bucket/prefix``,
+one version per epoch commit).  Both are built on one skeleton
+(:mod:`airflow_tpc.tables.base`).  The table libraries are an optional extra
+(``pip install airflow-tpc[tables]``): they are imported lazily, so ``import
+airflow_tpc`` never needs them.
 """
 
 from __future__ import annotations
@@ -19,23 +23,51 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     from ..sink import Sink
     from ..transaction import SinkConfig
+    from .base import TableSink
 
-__all__ = ["IcebergSink", "IcebergTarget", "TableSchemaError", "open_sink", "open_table_sink"]
+__all__ = ["DeltaSink", "DeltaTarget", "IcebergSink", "IcebergTarget", "TableSchemaError",
+           "TableSink", "open_sink", "open_table_sink"]
 
 #: Target URI schemes that name a table rather than a folder.
-TABLE_SCHEMES = ("iceberg://",)
+TABLE_SCHEMES = ("iceberg://", "delta+file://", "delta+s3://")
+
+_HOMES = {"IcebergSink": "iceberg", "IcebergTarget": "iceberg", "DeltaSink": "delta",
+          "DeltaTarget": "delta", "TableSchemaError": "base", "TableSink": "base"}
+
+
+def open_table_sink(target: str, namespace: str, *,
+                    catalog_properties: dict[str, str] | None = None,
+                    storage_options: dict[str, Any] | None = None,
+                    config: SinkConfig | None = None) -> TableSink:
+    """A sink for a table target URI: ``iceberg://<catalog>/<namespace>.<table>``
+    (``catalog_properties``: pyiceberg's catalog properties) or ``delta+file:///<path>``
+    / ``delta+s3://<bucket>/<prefix>`` (``catalog_properties``: extra delta-rs storage
+    options, merged over those translated from ``storage_options``)."""
+    from ..errors import TpcError
+
+    if isinstance(target, str) and target.startswith("iceberg://"):
+        from .iceberg import IcebergSink
+
+        return IcebergSink(target, namespace, catalog_properties=catalog_properties,
+                           storage_options=storage_options, config=config)
+    if isinstance(target, str) and target.startswith(("delta+file://", "delta+s3://")):
+        from .delta import DeltaSink
+
+        return DeltaSink(target, namespace, catalog_properties=catalog_properties,
+                         storage_options=storage_options, config=config)
+    raise TpcError(f"{target!r} is not a table target (supported: iceberg://, delta+file://, "
+                   "delta+s3://)")
 
 
 def open_sink(target: str, namespace: str, *, storage_options: dict[str, Any] | None = None,
               config: SinkConfig | None = None,
               catalog_properties: dict[str, str] | None = None) -> Sink:
-    """A sink for any target: a table URI (``iceberg://<catalog>/<ns>.<table>``) or a
-    folder.  One call for the layers that build sinks from a user's target string
-    (operators, CLI, the job side), so they take a table the way they take a folder;
-    pyiceberg is imported only for a table target."""
+    """A sink for any target: a table URI (``iceberg://<catalog>/<ns>.<table>``,
+    ``delta+file:///<path>``, ``delta+s3://<bucket>/<prefix>``) or a folder.  One call
+    for the layers that build sinks from a user's target string (operators, CLI, the
+    job side), so they take a table the way they take a folder; a table library is
+    imported only for a table target."""
     if isinstance(target, str) and target.startswith(TABLE_SCHEMES):
-        from .iceberg import open_table_sink
-
         return open_table_sink(target, namespace, catalog_properties=catalog_properties,
                                storage_options=storage_options, config=config)
     if catalog_properties:
@@ -48,9 +80,10 @@ def open_sink(target: str, namespace: str, *, storage_options: dict[str, Any] | 
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy: airflow_tpc.tables.iceberg imports pyiceberg only when it is used.
-    if name in __all__ and name != "open_sink":
-        from . import iceberg
+    # Lazy: a format's module imports its table library only when it is used.
+    home = _HOMES.get(name)
+    if home is not None:
+        from importlib import import_module
 
-        return getattr(iceberg, name)
+        return getattr(import_module(f"{__name__}.{home}"), name)
     raise AttributeError(name)

@@ -32,6 +32,10 @@ snapshots, so a crash after the table commit (before the ledger records it)
 rolls forward to exactly one snapshot; a higher attempt of E found there means
 this lower attempt is never applied.
 
+The sink is :class:`~airflow_tpc.tables.base.TableSink` (the skeleton shared with
+Delta): the guarded staging removal (``TableLayout``), the schema checks at
+pre-commit and commit, ``table_version`` and attempt numbering come from there.
+
 Requirements on the staged files, checked at pre-commit and again at commit
 before the decision (:meth:`IcebergTarget.check_staged`): Parquet with
 statistics, a string column ``epoch`` holding exactly the epoch's name (the job
@@ -42,19 +46,31 @@ statistics, so the files must carry it), a schema the table can take.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from ..errors import LedgerError, ManifestError, StorageError, TpcError
+from ..errors import LedgerError, StorageError, TpcError
 from ..faults import crashpoint
-from ..ledger import Layout, Ledger
+from ..ledger import Layout
 from ..manifest import Manifest
 from ..promote import Strategy, _rel_to_root, _swap_marker
-from ..records import DECISION
-from ..sink import Sink
-from ..staging import list_staged
-from ..transaction import CommitResult, SinkConfig, Transaction
+from ..transaction import SinkConfig
+from .base import (
+    COMMIT_RETRIES,
+    EPOCH_COLUMN,
+    PROP_ATTEMPT,
+    PROP_DIGEST,
+    PROP_EPOCH,
+    PROP_NAMESPACE,
+    PROP_TXN_ID,  # noqa: F401  (tests and users read it from here)
+    TableLayout,  # noqa: F401  (re-exported: it lived here first)
+    TableSchemaError,
+    TableSink,
+    commit_properties,
+    norm_uri,
+    schema_error,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -64,22 +80,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("airflow_tpc")
 
-#: The partition column: identity-partitioned, one value (the epoch's name) per file.
-EPOCH_COLUMN = "epoch"
-#: Snapshot summary properties written with every epoch commit.
-PROP_TXN_ID = "airflow-tpc.txn-id"
-PROP_DIGEST = "airflow-tpc.manifest-digest"
-PROP_EPOCH = "airflow-tpc.epoch"
-PROP_ATTEMPT = "airflow-tpc.attempt"
-PROP_NAMESPACE = "airflow-tpc.namespace"
 #: Where staging lives below the table location (inside its default data path).
 STAGING_DIR = "data/_tpc_staging"
-#: Optimistic-concurrency retries when another writer commits to the table meanwhile.
-COMMIT_RETRIES = 10
-
-
-class TableSchemaError(ManifestError):
-    """The staged files are not something the table can take (columns named)."""
 
 
 def _need_pyiceberg() -> None:
@@ -90,11 +92,7 @@ def _need_pyiceberg() -> None:
             from None
 
 
-def _norm(uri: str) -> str:
-    """One spelling per file for comparisons: ``file:///x`` and ``/x`` are the same."""
-    if uri.startswith("file://"):
-        return urlparse(uri).path
-    return uri
+_norm = norm_uri
 
 
 class IcebergTarget:
@@ -251,6 +249,24 @@ class IcebergTarget:
         # A StorageError: the sink's best-effort cleanup logs it and deletes nothing.
         return self._call("read the snapshots of", read)  # type: ignore[no-any-return]
 
+    def highest_attempt(self, epoch: str, namespace: str) -> int:
+        table = self.load_table()
+        return 0 if table is None else epoch_commits(table, epoch, namespace).highest
+
+    def table_version(self, epoch: str, namespace: str,
+                      digest: str) -> dict[str, str] | None:
+        """The snapshot whose summary carries this manifest's digest."""
+        table = self.load_table()
+        if table is None:
+            return None
+        for snap in table.snapshots():
+            summary = snap.summary
+            if summary is not None and summary[PROP_DIGEST] == digest \
+                    and summary[PROP_EPOCH] == epoch and summary[PROP_NAMESPACE] == namespace:
+                return {"table": self.uri, "format": "iceberg",
+                        "snapshot_id": str(snap.snapshot_id)}
+        return None
+
     # -- what the staged files must be ---------------------------------------------
     def check_staged(self, uris: list[str], epoch: str, table: Table | None, *,
                      decided: str | None = None) -> pa.Schema | None:
@@ -297,19 +313,7 @@ class IcebergTarget:
                                     f"(columns {', '.join(cols)}); a new table is created from "
                                     "one schema")
         if problems:
-            what = "; ".join(problems[:20]) \
-                + (f"; and {len(problems) - 20} more" if len(problems) > 20 else "")
-            if decided:
-                raise TableSchemaError(
-                    f"cannot roll {decided} forward into Iceberg table {self.uri}, which "
-                    f"changed after the commit was decided: {what}. Nothing was changed in "
-                    "the table; the decision and the staged files are kept (recover reports "
-                    "this every time): restore the table's schema, or commit a new attempt "
-                    "of the epoch, which replaces it.")
-            raise TableSchemaError(
-                f"the staged files of epoch {epoch} cannot go into Iceberg table "
-                f"{self.uri}: {what}. Nothing was decided or changed: fix the job's output "
-                "and run a new attempt of the epoch.")
+            raise schema_error("Iceberg", self.uri, epoch, problems, decided)
         return next(iter(schemas.values()), None)
 
     def _table_problems(self, table: Table) -> list[str]:
@@ -472,10 +476,7 @@ def epoch_commits(table: Table, epoch: str, namespace: str) -> EpochCommits:
     return EpochCommits(digests, max(digests.values(), default=0))
 
 
-def summary_properties(manifest: Manifest) -> dict[str, str]:
-    return {PROP_TXN_ID: manifest.txn_id, PROP_DIGEST: manifest.digest,
-            PROP_EPOCH: manifest.epoch, PROP_ATTEMPT: str(manifest.attempt),
-            PROP_NAMESPACE: manifest.namespace}
+summary_properties = commit_properties
 
 
 class IcebergSnapshot(Strategy):
@@ -594,42 +595,13 @@ class IcebergSnapshot(Strategy):
         crashpoint("promote.before_cleanup")
 
 
-@dataclass(frozen=True)
-class TableLayout(Layout):
-    """A table target's layout: staging is removed only where the table does not
-    reference it.  Every removal of staging in the sink (abort, supersession, recover,
-    gc) goes through :meth:`remove_staging`, so this one check covers them all."""
+class IcebergSink(TableSink):
+    """A :class:`~airflow_tpc.Sink` whose target is an Iceberg table: the shared table
+    skeleton (:class:`~airflow_tpc.tables.base.TableSink`) with staging in the table's
+    data path and :class:`IcebergSnapshot` as the switch."""
 
-    table: IcebergTarget | None = None
-
-    def remove_staging(self, epoch: str, attempt: int) -> None:
-        path = self.check_staging(epoch, attempt)
-        files = self.storage.list(path)
-        if self.table is None or not files:
-            super().remove_staging(epoch, attempt)
-            return
-        referenced = self.table.referenced_files()  # fails closed: nothing deleted
-        keep = [o for o in files if _norm(self.storage.uri(o.path)) in referenced]
-        if not keep:
-            super().remove_staging(epoch, attempt)
-            return
-        if any(o.is_symlink for o in files):
-            raise StorageError(f"staging {self.storage.uri(path)} holds a symlink; not cleaned")
-        crashpoint("tables.before_remove_staging")
-        self.storage.delete_files([o.path for o in files if o not in keep])
-        log.info("kept %d staged files of epoch %s attempt %d: retained snapshots of %s "
-                 "reference them (snapshot expiry, then gc, removes them)", len(keep), epoch,
-                 attempt, self.table.uri)
-
-
-class IcebergSink(Sink):
-    """A :class:`~airflow_tpc.Sink` whose target is an Iceberg table.
-
-    The verbs are the core's; what differs is the layout (staging inside the table,
-    removal guarded by the table's references), the promotion strategy
-    (:class:`IcebergSnapshot`, through the layout) and a schema check of the staged
-    files at pre-commit and at commit before the decision.
-    """
+    format = "Iceberg"
+    staging_dir = STAGING_DIR
 
     def __init__(self, target: IcebergTarget | str, namespace: str, *,
                  catalog_properties: dict[str, str] | None = None,
@@ -637,73 +609,8 @@ class IcebergSink(Sink):
                  config: SinkConfig | None = None) -> None:
         if isinstance(target, str):
             target = IcebergTarget.parse(target, catalog_properties)
-        config = config or SinkConfig()
-        if config.staging_root:
-            raise TpcError("an Iceberg target places its own staging (inside the table's data "
-                           "location); do not set staging_root")
-        location = target.location()
-        config = replace(config, promotion="manifest", staging_root=f"{location}/{STAGING_DIR}")
-        super().__init__(location, namespace, storage_options=storage_options, config=config)
-        self.table_target = target
-        self.layout = TableLayout(self.storage, self.layout.root, self.layout.staging_root,
-                                  table=target)
-        self.ledger = Ledger(self.layout)
-
-    def __repr__(self) -> str:
-        return f"IcebergSink({self.table_target.uri!r}, namespace={self.namespace!r})"
-
-    def _highest_attempt_seen(self, epoch: str) -> int:
-        """Also above every attempt of the epoch the table's snapshots name: with the
-        ledger (and the marker) lost, a reused fencing number would be refused at
-        promotion as a reuse, or worse, fenced by the table as a stale attempt."""
-        seen = super()._highest_attempt_seen(epoch)
-        table = self.table_target.load_table()
-        if table is None:
-            return seen
-        return max(seen, epoch_commits(table, epoch, self.namespace).highest)
-
-    def table_version(self, epoch: str, digest: str) -> dict[str, str] | None:
-        """The snapshot whose summary carries this manifest's digest (None: not in the
-        table, e.g. expired, or the commit has not reached the table yet)."""
-        table = self.table_target.load_table()
-        if table is None:
-            return None
-        for snap in table.snapshots():
-            summary = snap.summary
-            if summary is not None and summary[PROP_DIGEST] == digest \
-                    and summary[PROP_EPOCH] == epoch \
-                    and summary[PROP_NAMESPACE] == self.namespace:
-                return {"table": self.table_target.uri, "format": "iceberg",
-                        "snapshot_id": str(snap.snapshot_id)}
-        return None
-
-    def _staged_uris(self, txn: Transaction, paths: list[str]) -> list[str]:
-        staging = self.layout.staging(txn.epoch, txn.attempt)
-        return [self.storage.uri(self.storage.join(staging, p)) for p in paths]
-
-    def precommit(self, txn: Transaction, *, rows: dict[str, int] | None = None,
-                  checksums: dict[str, str] | None = None) -> Manifest:
-        """Check the staged files fit the table before sealing them (the sensor's step)."""
-        self._check_own(txn)
-        staging = self.layout.check_staging(txn.epoch, txn.attempt)
-        staged = sorted(list_staged(self.storage, staging))
-        self.table_target.check_staged(self._staged_uris(txn, staged), txn.epoch,
-                                       self.table_target.load_table())
-        return super().precommit(txn, rows=rows, checksums=checksums)
-
-    def commit(self, txn: Transaction, *, expected_digest: str | None = None,
-               force: bool = False) -> CommitResult:
-        """Check the sealed files against the table as it is now, before the decision:
-        the table may have changed since pre-commit.  A decided attempt is not checked
-        again here (its roll-forward checks before the table commit)."""
-        self._check_own(txn)
-        if self.ledger.read(txn.epoch, txn.attempt, DECISION) is None:
-            manifest = self.read_manifest(txn)
-            if manifest is not None:
-                self.table_target.check_staged(
-                    self._staged_uris(txn, [f.path for f in manifest.files]), txn.epoch,
-                    self.table_target.load_table())
-        return super().commit(txn, expected_digest=expected_digest, force=force)
+        super().__init__(target, namespace, storage_options=storage_options, config=config)
+        self.table_target: IcebergTarget = target
 
 
 def open_table_sink(target: str, namespace: str, *,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from airflow_tpc import TxnState
-from airflow_tpc.airflow.plugin import CSRF_HEADER, csrf_refusal
+from airflow_tpc.airflow.plugin import CSRF_HEADER, csrf_refusal, csrf_token
 
 from . import test_ui_admin_provider as ui
 
@@ -34,6 +34,13 @@ TXN_ID = "tpc_ui/2026-06-01/1"
 def _cookie(role: str) -> dict[str, str]:
     """Only the UI's session cookie, as the browser would attach it."""
     return {"Cookie": f"_token={ui._token(role)}"}
+
+
+def _session(role: str) -> dict[str, str]:
+    """What the page's Abort sends: the cookie and, in the header, that session's token
+    (the page carries it in <meta name="tpc-csrf">)."""
+    jwt = ui._token(role)
+    return {"Cookie": f"_token={jwt}", CSRF_HEADER: csrf_token(jwt)}
 
 
 def snapshot(root: str) -> dict[str, object]:
@@ -131,19 +138,26 @@ def test_json_needs_same_origin_and_the_custom_header(api_client, precommitted):
         {CSRF_HEADER: "1", "Referer": f"{FOREIGN}/x"},
         {CSRF_HEADER: "1", "Origin": SAME_ORIGIN, "Sec-Fetch-Site": "same-site"},
         {"Origin": SAME_ORIGIN},  # no custom header
+        {CSRF_HEADER: "1", "Origin": SAME_ORIGIN},  # the header, but not the session's token
+        {CSRF_HEADER: csrf_token(ui._token("viewer")), "Origin": SAME_ORIGIN},  # another's
     ]
     for headers in cases:
         r = api_client.post("/airflow-tpc/api/abort", params=q, json=body,
                             headers={**_cookie("admin"), **headers})
         assert r.status_code == 403, (headers, r.text)
         _assert_untouched(sink, before)
+    # The session's own token from a foreign origin is still refused.
+    r = api_client.post("/airflow-tpc/api/abort", params=q, json=body,
+                        headers={**_session("admin"), "Origin": FOREIGN})
+    assert r.status_code == 403, r.text
+    _assert_untouched(sink, before)
 
 
 def test_json_with_header_from_same_origin_aborts(api_client, precommitted):
     """What the page's Abort button sends: cookie, same Origin, JSON, custom header."""
     q, sink, before = precommitted
     r = api_client.post("/airflow-tpc/api/abort", params=q, json={"epoch": EPOCH, "attempt": 1},
-                        headers={**_cookie("admin"), CSRF_HEADER: "1", "Origin": SAME_ORIGIN,
+                        headers={**_session("admin"), "Origin": SAME_ORIGIN,
                                  "Referer": f"{SAME_ORIGIN}/airflow-tpc/?x=1",
                                  "Sec-Fetch-Site": "same-origin"})
     assert r.status_code == 200, r.text
@@ -170,7 +184,7 @@ def test_base_url_is_the_origin_checked(api_client, precommitted, monkeypatch):
     q, sink, before = precommitted
     monkeypatch.setenv("AIRFLOW__API__BASE_URL", "https://Airflow.example.com:443/airflow/")
     body = {"epoch": EPOCH, "attempt": 1}
-    headers = {**_cookie("admin"), CSRF_HEADER: "1"}
+    headers = _session("admin")
     r = api_client.post("/airflow-tpc/api/abort", params=q, json=body,
                         headers={**headers, "Origin": SAME_ORIGIN})
     assert r.status_code == 403 and "Origin" in r.json()["detail"], r.text
@@ -185,7 +199,7 @@ def test_user_without_edit_permission_is_refused(api_client, precommitted):
     """Per-DAG authorization is kept: a viewer's unforgeable request is still 403."""
     q, sink, before = precommitted
     r = api_client.post("/airflow-tpc/api/abort", params=q, json={"epoch": EPOCH, "attempt": 1},
-                        headers={**_cookie("viewer"), CSRF_HEADER: "1", "Origin": SAME_ORIGIN})
+                        headers={**_session("viewer"), "Origin": SAME_ORIGIN})
     assert r.status_code == 403, r.text
     assert CSRF_HEADER not in r.text and "Origin" not in r.text  # refused by authorization
     _assert_untouched(sink, before)
@@ -200,7 +214,7 @@ def test_body_cannot_name_another_dag_or_a_bad_attempt(api_client, precommitted)
     """dag_id is authorized from the query only: extra body fields are refused (422), as
     are attempts that are not positive integers."""
     q, sink, before = precommitted
-    headers = {**_cookie("admin"), CSRF_HEADER: "1", "Origin": SAME_ORIGIN}
+    headers = {**_session("admin"), "Origin": SAME_ORIGIN}
     for body in ({"epoch": EPOCH, "attempt": 1, "dag_id": "other"},
                  {"epoch": EPOCH, "attempt": 0}, {"epoch": EPOCH, "attempt": "1"},
                  {"epoch": EPOCH, "attempt": True}, {"epoch": "", "attempt": 1}):
@@ -210,14 +224,18 @@ def test_body_cannot_name_another_dag_or_a_bad_attempt(api_client, precommitted)
 
 
 def test_page_aborts_with_fetch_not_a_form(api_client, precommitted):
-    """The page's Abort button: fetch() with JSON and the custom header, after confirm()."""
+    """The page's Abort button: fetch() with JSON and the session's token, after an in-page
+    <dialog> (Airflow's iframe has no allow-modals: window.confirm() would be blocked).
+    tests/airflow/test_run_page.py clicks it in a real browser."""
     q, _, _ = precommitted
-    r = api_client.get("/airflow-tpc/", params=q, headers=_cookie("admin"))
+    jwt = ui._token("admin")
+    r = api_client.get("/airflow-tpc/run", params=q, headers={"Cookie": f"_token={jwt}"})
     assert r.status_code == 200, r.text
     page = r.text
-    assert "<form" not in page.lower()
-    assert "fetch(" in page and "window.confirm(" in page
-    assert f'"{CSRF_HEADER}": "1"' in page and '"Content-Type": "application/json"' in page
+    assert "<form" not in page.lower() and "window.confirm(" not in page
+    assert "fetch(" in page and '<dialog id="tpc-abort-dialog"' in page
+    assert f'<meta name="tpc-csrf" content="{csrf_token(jwt)}">' in page
+    assert '"X-Airflow-TPC": csrf' in page and '"Content-Type": "application/json"' in page
     assert 'data-url="/airflow-tpc/api/abort?dag_id=tpc_it_gate&amp;run_id=ui-test-run"' in page
     assert f'data-epoch="{EPOCH}"' in page and 'data-attempt="1"' in page
 
@@ -249,60 +267,3 @@ def test_csrf_refusal_rules(headers, base_url, refused):
                           base_url)
     assert (reason is not None) is refused, reason
     assert csrf_refusal("GET", Headers({"origin": FOREIGN}), "http://api.local/", "") is None
-
-
-_NODE_HARNESS = r"""
-const calls = [];
-let confirmAnswer = process.argv[2] === "yes";
-globalThis.window = {confirm: (text) => { calls.push(["confirm", text]); return confirmAnswer; }};
-const message = {textContent: ""};
-globalThis.document = {getElementById: (id) => (id === "tpc-message" ? message : null)};
-globalThis.fetch = async (url, init) => {
-  calls.push(["fetch", url, init]);
-  return {ok: true, status: 200, json: async () => ({aborted: ["t/1"], refused: []})};
-};
-const button = {disabled: false, textContent: "Abort",
-                dataset: JSON.parse(process.env.TPC_DATASET)};
-__SCRIPT__
-tpcAbort(button).then(() => {
-  console.log(JSON.stringify({calls, message: message.textContent, button}));
-});
-"""
-
-
-def test_page_script_confirms_then_posts_json_with_the_header(api_client, precommitted, tmp_path):
-    """The served page's own script, run by node with a stub DOM: nothing is sent when
-    confirm() is answered No; Yes sends one same-origin JSON POST with the header."""
-    import html
-    import json
-    import re
-    import shutil
-    import subprocess
-
-    node = shutil.which("node")
-    # The machine image ships node (/usr/bin/node); a missing one is a failure, not a skip.
-    assert node is not None, "node is needed to run the page's script"
-    q, _, _ = precommitted
-    page = api_client.get("/airflow-tpc/", params=q, headers=_cookie("admin")).text
-    script = re.search(r"<script>(.*?)</script>", page, re.S).group(1)
-    button = re.search(r"<button ([^>]*)>Abort</button>", page).group(1)
-    dataset = {k: html.unescape(v) for k, v in re.findall(r'data-(\w+)="([^"]*)"', button)}
-    harness = tmp_path / "harness.js"
-    harness.write_text(_NODE_HARNESS.replace("__SCRIPT__", script))
-
-    def run(answer: str) -> dict:
-        out = subprocess.run([node, str(harness), answer], capture_output=True, text=True,
-                             timeout=60, env={**os.environ, "TPC_DATASET": json.dumps(dataset)})
-        assert out.returncode == 0, out.stderr
-        return json.loads(out.stdout)
-
-    declined = run("no")
-    assert [c[0] for c in declined["calls"]] == ["confirm"]
-    assert TXN_ID in declined["calls"][0][1]
-    accepted = run("yes")
-    [confirm, (kind, url, init)] = accepted["calls"]
-    assert kind == "fetch" and url == "/airflow-tpc/api/abort?dag_id=tpc_it_gate&run_id=ui-test-run"
-    assert init["method"] == "POST" and init["credentials"] == "same-origin"
-    assert init["headers"] == {"Content-Type": "application/json", CSRF_HEADER: "1"}
-    assert json.loads(init["body"]) == {"epoch": EPOCH, "attempt": 1}
-    assert accepted["button"]["textContent"] == "Aborted" and "t/1" in accepted["message"]

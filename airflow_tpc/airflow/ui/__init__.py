@@ -1,0 +1,1 @@
+"""HTML and static files of the airflow-tpc UI plugin pages."""

@@ -1,0 +1,238 @@
+"""Server-rendered HTML of the airflow-tpc pages (run, target, manifest, index, errors).
+
+Plain functions from already-authorized data to HTML: no Airflow, no storage access, so
+what a page shows is decided in :mod:`airflow_tpc.airflow.plugin` and only drawn here.
+Every value is escaped; a missing one is drawn as an em dash, never as ``None``.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from functools import cache
+from importlib.resources import files
+from typing import Any
+from urllib.parse import urlencode
+
+#: Transaction states an operator may still abort from the page.
+ABORTABLE = frozenset({"OPEN", "PRECOMMITTED"})
+_DASH = '<span class="none">—</span>'
+
+
+@cache
+def _static(name: str) -> str:
+    return files("airflow_tpc.airflow.ui").joinpath("static", name).read_text("utf-8")
+
+
+def esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def human_bytes(n: int | None) -> str:
+    """1536 -> '1.5 KiB'; None -> a dash."""
+    if n is None:
+        return _DASH
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def human_duration(seconds: float) -> str:
+    """A short duration: '45 s', '12 min', '3 h 5 min', '2 d 4 h'."""
+    s = int(abs(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min"
+    if s < 86400:
+        h, m = divmod(s // 60, 60)
+        return f"{h} h {m} min" if m else f"{h} h"
+    d, h = divmod(s // 3600, 24)
+    return f"{d} d {h} h" if h else f"{d} d"
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def age(ts: float | None, now: float) -> str:
+    """'5 min ago', with the UTC time as the tooltip."""
+    if ts is None:
+        return _DASH
+    return f'<time datetime="{esc(iso(ts))}" title="{esc(iso(ts))}">' \
+           f"{esc(human_duration(now - ts))} ago</time>"
+
+
+def number(n: int | None) -> str:
+    return _DASH if n is None else f"{n:,}"
+
+
+def text(value: Any) -> str:
+    return _DASH if value is None or value == "" else esc(value)
+
+
+def url(path: str, **query: Any) -> str:
+    q = {k: v for k, v in query.items() if v is not None}
+    return f"{path}?{urlencode(q)}" if q else path
+
+
+@dataclass
+class Row:
+    """One transaction as a page row (what describe() says, plus where to act on it)."""
+
+    info: dict[str, Any]
+    #: seconds the attempt may live (its begin record's ``timeout_s``), for OPEN/PRECOMMITTED
+    timeout_s: float | None = None
+    manifest_href: str | None = None
+    abort_url: str | None = None
+    #: (label, href) of the run that began it (target view)
+    owner: tuple[str, str | None] | None = None
+
+
+@dataclass
+class Section:
+    """One TPC task of a run (or one target): a header and its transactions."""
+
+    title: str
+    target: str
+    namespace: str
+    rows: list[Row]
+    links: list[tuple[str, str]] = field(default_factory=list)
+    note: str | None = None
+
+
+def state_badge(info: Mapping[str, Any]) -> str:
+    state = str(info.get("state"))
+    out = f'<span class="badge state-{esc(state)}" data-state="{esc(state)}">{esc(state)}</span>'
+    if info.get("superseded"):
+        out += '<span class="tag state-SUPERSEDED">superseded</span>'
+    elif info.get("published"):
+        out += '<span class="tag">published</span>'
+    return out
+
+
+def expiry(row: Row, now: float) -> str:
+    """Time left before an undecided attempt expires (recover aborts it then)."""
+    info = row.info
+    if str(info.get("state")) not in ABORTABLE or row.timeout_s is None \
+            or info.get("started_at") is None:
+        return _DASH
+    left = info["started_at"] + row.timeout_s - now
+    if left < 0:
+        return f'<span class="warn">expired {esc(human_duration(left))} ago</span>'
+    return f"in {esc(human_duration(left))}"
+
+
+def _abort_button(row: Row) -> str:
+    info = row.info
+    if row.abort_url is None or str(info.get("state")) not in ABORTABLE:
+        return ""
+    return (f'<button type="button" class="danger" onclick="tpcAskAbort(this)" '
+            f'data-url="{esc(row.abort_url)}" data-txn="{esc(info["txn_id"])}" '
+            f'data-epoch="{esc(info["epoch"])}" data-attempt="{int(info["attempt"])}">'
+            "Abort</button>")
+
+
+_COLUMNS = ("State", "Epoch", "Attempt", "Files", "Rows", "Size", "Staged",
+            "Started", "Decided", "Expires", "Reason", "")
+
+
+def _table(rows: Sequence[Row], now: float, with_owner: bool) -> str:
+    cols = list(_COLUMNS)
+    if with_owner:
+        cols.insert(-1, "Run")
+    num = {"Attempt", "Files", "Rows", "Size"}
+    head = "".join(f'<th class="num">{c}</th>' if c in num else f"<th>{c}</th>" for c in cols)
+    body = []
+    for row in rows:
+        i = row.info
+        staged = (f"{number(i.get('staging_files'))} / {human_bytes(i.get('staging_bytes'))}"
+                  if i.get("staging_files") else _DASH)
+        cells = [
+            f"<td>{state_badge(i)}</td>",
+            f'<td class="mono">{esc(i["epoch"])}</td>',
+            f'<td class="num">{int(i["attempt"])}</td>',
+            f'<td class="num" data-col="files">{number(i.get("files"))}</td>',
+            f'<td class="num" data-col="rows">{number(i.get("rows"))}</td>',
+            f'<td class="num" data-col="bytes">{human_bytes(i.get("bytes"))}</td>',
+            f"<td>{staged}</td>", f"<td>{age(i.get('started_at'), now)}</td>",
+            f"<td>{age(i.get('decided_at'), now)}</td>", f"<td>{expiry(row, now)}</td>",
+            f'<td class="reason">{text(i.get("reason"))}</td>',
+        ]
+        if with_owner:
+            if row.owner is None:
+                cells.append(f"<td>{_DASH}</td>")
+            else:
+                label, href = row.owner
+                cells.append(f'<td><a href="{esc(href)}">{esc(label)}</a></td>' if href
+                             else f"<td>{esc(label)}</td>")
+        actions = []
+        if row.manifest_href:
+            actions.append(f'<a href="{esc(row.manifest_href)}">Manifest</a>')
+        if button := _abort_button(row):
+            actions.append(button)
+        cells.append(f'<td><span class="actions">{"".join(actions)}</span></td>')
+        body.append(f'<tr data-txn="{esc(i["txn_id"])}" data-state="{esc(i["state"])}" '
+                    f'title="{esc(i["txn_id"])}">'
+                    + "".join(cells) + "</tr>")
+    return (f'<div class="table-wrap"><table><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(body)}</tbody></table></div>')
+
+
+def section(sec: Section, now: float, *, with_owner: bool = False) -> str:
+    links = " · ".join(f'<a href="{esc(h)}">{esc(label)}</a>' for label, h in sec.links)
+    header = (f'<header><h2>{esc(sec.title)}</h2>'
+              f'<span class="meta">target <code>{esc(sec.target)}</code></span>'
+              f'<span class="meta">namespace <code>{esc(sec.namespace)}</code></span>'
+              f'<span class="meta">{links}</span></header>')
+    if sec.note:
+        header += f'<div class="empty">{esc(sec.note)}</div>'
+    body = _table(sec.rows, now, with_owner) if sec.rows else \
+        '<div class="empty">No transaction yet.</div>'
+    return f'<section class="card" data-target="{esc(sec.target)}">{header}{body}</section>'
+
+
+def crumbs(parts: Iterable[tuple[str, str | None]]) -> str:
+    items = []
+    for label, href in parts:
+        items.append(f'<a href="{esc(href)}">{esc(label)}</a>' if href else esc(label))
+    return '<nav class="crumbs">' + '<span class="sep">›</span>'.join(items) + "</nav>"
+
+
+_DIALOG = """
+<dialog id="tpc-abort-dialog" aria-labelledby="tpc-abort-title">
+  <h2 id="tpc-abort-title">Abort transaction?</h2>
+  <p>Abort <code id="tpc-abort-txn"></code>? Its staged files are deleted and it can never
+  commit. A later attempt of the epoch can still run. This cannot be undone.</p>
+  <div class="actions">
+    <button type="button" onclick="tpcCancelAbort()">Cancel</button>
+    <button type="button" class="danger solid" id="tpc-abort-confirm"
+            onclick="tpcConfirmAbort()">Abort transaction</button>
+  </div>
+</dialog>"""
+
+
+def page(title: str, body: str, *, csrf: str = "", now: float | None = None) -> str:
+    """A whole page: inline CSS and JS (one request, works inside Airflow's iframe)."""
+    stamp = iso(time.time() if now is None else now)
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<meta name="tpc-csrf" content="{esc(csrf)}">'
+        f"<title>{esc(title)} · airflow-tpc</title>"
+        f"<style>{_static('tpc.css')}</style><script>{_static('tpc.js')}</script>"
+        f'</head><body><p id="tpc-message" role="status"></p>{body}'
+        f'<p class="sub">Read from the ledger at {esc(stamp)}.</p>{_DIALOG}</body></html>')
+
+
+def error_page(status: int, title: str, detail: str, *, login_href: str | None = None) -> str:
+    login = f' <a href="{esc(login_href)}" target="_top">Log in</a>' if login_href else ""
+    body = (f'{crumbs([("airflow-tpc", "./")])}<h1>{esc(status)} · {esc(title)}</h1>'
+            f'<p class="sub" data-error="{esc(status)}">{esc(detail)}{login}</p>')
+    return page(title, body)

@@ -1,0 +1,66 @@
+// airflow-tpc pages: follow Airflow's colour mode, and abort through an in-page dialog.
+// (Airflow's external-view iframe is sandboxed without allow-modals: the browser's confirm is
+// blocked there, so the confirmation is a <dialog>.)
+(function () {
+  "use strict";
+  function theme() {
+    try {  // same-origin iframe inside Airflow's UI: use the UI's own mode
+      const cls = window.parent.document.documentElement.classList;
+      if (window.parent !== window && (cls.contains("dark") || cls.contains("light"))) {
+        return cls.contains("dark") ? "dark" : "light";
+      }
+    } catch (e) { /* not framed by Airflow */ }
+    return window.matchMedia("(prefers-color-scheme: dark)").matches ? "dark" : "light";
+  }
+  document.documentElement.dataset.theme = theme();
+
+  let pending = null;
+  function say(text, isError) {
+    const message = document.getElementById("tpc-message");
+    message.textContent = text;
+    message.classList.toggle("error", Boolean(isError));
+  }
+  window.tpcAskAbort = function (button) {
+    pending = button;
+    document.getElementById("tpc-abort-txn").textContent = button.dataset.txn;
+    document.getElementById("tpc-abort-dialog").showModal();
+  };
+  window.tpcCancelAbort = function () {
+    pending = null;
+    document.getElementById("tpc-abort-dialog").close();
+  };
+  window.tpcConfirmAbort = async function () {
+    const button = pending;
+    pending = null;
+    document.getElementById("tpc-abort-dialog").close();
+    if (!button) { return; }
+    const csrf = document.querySelector('meta[name="tpc-csrf"]').content;
+    button.disabled = true;
+    try {
+      const response = await fetch(button.dataset.url, {
+        method: "POST",
+        credentials: "same-origin",
+        headers: {"Content-Type": "application/json", "X-Airflow-TPC": csrf},
+        body: JSON.stringify({epoch: button.dataset.epoch,
+                              attempt: Number(button.dataset.attempt)}),
+      });
+      const body = await response.json().catch(() => ({}));
+      if (!response.ok) {
+        const detail = typeof body.detail === "string" ? body.detail : JSON.stringify(body);
+        say("Abort failed (" + response.status + "): " + detail, true);
+        button.disabled = false;
+        return;
+      }
+      if (body.refused && body.refused.length) {
+        say("Not aborted: " + body.refused.map((r) => r.error).join("; "), true);
+        button.disabled = false;
+        return;
+      }
+      say("Aborted " + body.aborted.join(", ") + ".", false);
+      window.location.reload();
+    } catch (err) {
+      say("Abort failed: " + err, true);
+      button.disabled = false;
+    }
+  };
+})();

@@ -1,0 +1,220 @@
+"""The one skeleton every table format's sink shares (Iceberg, Delta).
+
+A table target differs from a folder in three places only, and each is here once:
+
+* **where staging lives and what may be removed** — :class:`TableLayout`: staging is
+  inside the table's location (the staged files *become* the table's data files),
+  and every removal of staging (abort, supersession, recover, gc) keeps the files
+  any retained table version references;
+* **what the staged files must be** — :class:`TableSink` checks them against the
+  table at pre-commit and again at commit before the decision (the table may have
+  changed in between), so a schema the table cannot take is refused with nothing
+  decided;
+* **the switch** — the format's own atomic commit, a
+  :class:`~airflow_tpc.promote.Strategy` the target hands to
+  :func:`~airflow_tpc.promote.strategy_for` through the layout.
+
+A format plugs in a *target* object (:class:`TableTarget`) that knows its table;
+the verbs, the ledger and the fencing are the core's, unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlparse
+
+from ..errors import ManifestError, StorageError, TpcError
+from ..faults import crashpoint
+from ..ledger import Layout, Ledger
+from ..records import DECISION
+from ..sink import Sink
+from ..staging import list_staged
+from ..transaction import CommitResult, SinkConfig, Transaction
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..manifest import Manifest
+    from ..promote import Strategy
+
+log = logging.getLogger("airflow_tpc")
+
+#: The partition column: one value (the epoch's name) per data file.
+EPOCH_COLUMN = "epoch"
+#: Commit properties (Iceberg snapshot summary / Delta commitInfo) of every epoch commit.
+PROP_TXN_ID = "airflow-tpc.txn-id"
+PROP_DIGEST = "airflow-tpc.manifest-digest"
+PROP_EPOCH = "airflow-tpc.epoch"
+PROP_ATTEMPT = "airflow-tpc.attempt"
+PROP_NAMESPACE = "airflow-tpc.namespace"
+#: Optimistic-concurrency retries when another writer commits to the table meanwhile.
+COMMIT_RETRIES = 10
+
+
+class TableSchemaError(ManifestError):
+    """The staged files are not something the table can take (columns named)."""
+
+
+def norm_uri(uri: str) -> str:
+    """One spelling per file for comparisons: ``file:///x`` and ``/x`` are the same."""
+    if uri.startswith("file://"):
+        return urlparse(uri).path
+    return uri
+
+
+def commit_properties(manifest: Manifest) -> dict[str, str]:
+    """What every epoch commit carries in the table's own history."""
+    return {PROP_TXN_ID: manifest.txn_id, PROP_DIGEST: manifest.digest,
+            PROP_EPOCH: manifest.epoch, PROP_ATTEMPT: str(manifest.attempt),
+            PROP_NAMESPACE: manifest.namespace}
+
+
+def schema_error(fmt: str, uri: str, epoch: str, problems: list[str],
+                 decided: str | None) -> TableSchemaError:
+    """One message for staged files a table cannot take: before the decision (nothing
+    decided or changed) or at a roll-forward (the decision and staging are kept)."""
+    what = "; ".join(problems[:20]) \
+        + (f"; and {len(problems) - 20} more" if len(problems) > 20 else "")
+    if decided:
+        return TableSchemaError(
+            f"cannot roll {decided} forward into {fmt} table {uri}, which changed after the "
+            f"commit was decided: {what}. Nothing was changed in the table; the decision and "
+            "the staged files are kept (recover reports this every time): restore the "
+            "table's schema, or commit a new attempt of the epoch, which replaces it.")
+    return TableSchemaError(
+        f"the staged files of epoch {epoch} cannot go into {fmt} table {uri}: {what}. "
+        "Nothing was decided or changed: fix the job's output and run a new attempt of the "
+        "epoch.")
+
+
+class TableTarget(Protocol):
+    """What a table format supplies to the shared skeleton."""
+
+    #: ``iceberg://…`` / ``delta+…://…``: how users and Asset events name the table.
+    uri: str
+
+    def location(self) -> str:
+        """The table's location URI (the sink's root: ledger, staging, markers)."""
+
+    def load_table(self) -> Any:
+        """The table, or None if it does not exist yet (created on the first commit)."""
+
+    def strategy(self) -> Strategy:
+        """The promotion strategy whose switch is one commit of the table."""
+
+    def check_staged(self, uris: list[str], epoch: str, table: Any, *,
+                     decided: str | None = None) -> Any:
+        """Raise :class:`TableSchemaError` naming files and columns the table cannot take."""
+
+    def referenced_files(self) -> set[str]:
+        """Every data file (normalised URI) any retained table version references."""
+
+    def highest_attempt(self, epoch: str, namespace: str) -> int:
+        """The highest attempt of ``epoch`` the table's history holds (0: none)."""
+
+    def table_version(self, epoch: str, namespace: str,
+                      digest: str) -> dict[str, str] | None:
+        """The table version that carries manifest ``digest`` of ``epoch``, or None."""
+
+
+@dataclass(frozen=True)
+class TableLayout(Layout):
+    """A table target's layout: staging is removed only where the table does not
+    reference it.  Every removal of staging in the sink (abort, supersession, recover,
+    gc) goes through :meth:`remove_staging`, so this one check covers them all."""
+
+    table: Any = None  # a TableTarget; read by promote.strategy_for
+
+    def remove_staging(self, epoch: str, attempt: int) -> None:
+        path = self.check_staging(epoch, attempt)
+        files = self.storage.list(path)
+        if self.table is None or not files:
+            super().remove_staging(epoch, attempt)
+            return
+        referenced = self.table.referenced_files()  # fails closed: nothing deleted
+        keep = [o for o in files if norm_uri(self.storage.uri(o.path)) in referenced]
+        if not keep:
+            super().remove_staging(epoch, attempt)
+            return
+        if any(o.is_symlink for o in files):
+            raise StorageError(f"staging {self.storage.uri(path)} holds a symlink; not cleaned")
+        crashpoint("tables.before_remove_staging")
+        self.storage.delete_files([o.path for o in files if o not in keep])
+        log.info("kept %d staged files of epoch %s attempt %d: retained versions of %s "
+                 "reference them (the format's expiry, then gc, removes them)", len(keep),
+                 epoch, attempt, self.table.uri)
+
+
+class TableSink(Sink):
+    """A :class:`~airflow_tpc.Sink` whose target is a table (the shared skeleton).
+
+    The verbs are the core's; what differs is the layout (staging inside the table,
+    removal guarded by the table's references), the promotion strategy (the
+    target's, through the layout) and a check of the staged files against the table
+    at pre-commit and at commit before the decision.  Subclasses parse their URI and
+    say where staging goes below the table location (``staging_dir``).
+    """
+
+    #: The format's name, for messages.
+    format = "table"
+    #: Staging's folder below the table location.
+    staging_dir = "_tpc_staging"
+
+    def __init__(self, target: TableTarget, namespace: str, *,
+                 storage_options: dict[str, Any] | None = None,
+                 config: SinkConfig | None = None) -> None:
+        config = config or SinkConfig()
+        if config.staging_root:
+            raise TpcError(f"a {self.format} target places its own staging (inside the "
+                           "table's location); do not set staging_root")
+        location = target.location()
+        config = replace(config, promotion="manifest",
+                         staging_root=f"{location}/{self.staging_dir}")
+        super().__init__(location, namespace, storage_options=storage_options, config=config)
+        self.table_target = target
+        self.layout = TableLayout(self.storage, self.layout.root, self.layout.staging_root,
+                                  table=target)
+        self.ledger = Ledger(self.layout)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.table_target.uri!r}, namespace={self.namespace!r})"
+
+    def _highest_attempt_seen(self, epoch: str) -> int:
+        """Also above every attempt of the epoch the table's history names: with the
+        ledger (and the marker) lost, a reused fencing number would be refused at
+        promotion as a reuse, or worse, fenced by the table as a stale attempt."""
+        return max(super()._highest_attempt_seen(epoch),
+                   self.table_target.highest_attempt(epoch, self.namespace))
+
+    def table_version(self, epoch: str, digest: str) -> dict[str, str] | None:
+        """The table version whose commit carries this manifest's digest (None: not in
+        the table, e.g. expired, or the commit has not reached the table yet)."""
+        return self.table_target.table_version(epoch, self.namespace, digest)
+
+    def _staged_uris(self, txn: Transaction, paths: list[str]) -> list[str]:
+        staging = self.layout.staging(txn.epoch, txn.attempt)
+        return [self.storage.uri(self.storage.join(staging, p)) for p in paths]
+
+    def precommit(self, txn: Transaction, *, rows: dict[str, int] | None = None,
+                  checksums: dict[str, str] | None = None) -> Manifest:
+        """Check the staged files fit the table before sealing them (the sensor's step)."""
+        self._check_own(txn)
+        staging = self.layout.check_staging(txn.epoch, txn.attempt)
+        staged = sorted(list_staged(self.storage, staging))
+        self.table_target.check_staged(self._staged_uris(txn, staged), txn.epoch,
+                                       self.table_target.load_table())
+        return super().precommit(txn, rows=rows, checksums=checksums)
+
+    def commit(self, txn: Transaction, *, expected_digest: str | None = None,
+               force: bool = False) -> CommitResult:
+        """Check the sealed files against the table as it is now, before the decision:
+        the table may have changed since pre-commit.  A decided attempt is not checked
+        again here (its roll-forward checks before the table commit)."""
+        self._check_own(txn)
+        if self.ledger.read(txn.epoch, txn.attempt, DECISION) is None:
+            manifest = self.read_manifest(txn)
+            if manifest is not None:
+                self.table_target.check_staged(
+                    self._staged_uris(txn, [f.path for f in manifest.files]), txn.epoch,
+                    self.table_target.load_table())
+        return super().commit(txn, expected_digest=expected_digest, force=force)

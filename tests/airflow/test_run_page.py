@@ -1,0 +1,378 @@
+"""The run page, end to end: a real ``airflow api-server``, real Chromium, real ledgers.
+
+The API server runs as its own process on 127.0.0.1 (this session's AIRFLOW_HOME and
+SQLite DB, the simple auth manager with an admin and a viewer).  Transactions are made
+first: a dag.test run of ``tpc_it_nospark`` (an aborted try and a committed attempt; its
+commit task stores the *TPC manifest* extra link), a run of ``tpc_it_gate`` that wrote a
+local target (an aborted and a pre-committed attempt) and a run of ``tpc_it_s3`` that
+wrote an S3 target on moto's server (committed and published).  Chromium, driven by
+Playwright, logs in through Airflow's login form, opens the pages inside Airflow's UI (the run's
+*Transactions* tab, the Plugins menu entry) and directly, reads the DOM, and aborts
+through the page's dialog; the ledger is read back with the core Sink.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from airflow_tpc import Sink, TxnState
+
+from .helpers import day
+
+pytestmark = pytest.mark.timeout(900)
+
+REPO = Path(__file__).resolve().parents[2]
+SCREENSHOT = REPO / "docs" / "img" / "run-page.png"
+CHROMIUM = os.environ.get("TPC_CHROMIUM", "/usr/bin/chromium")
+PASSWORDS = {"admin": "admin-pw-run-page", "viewer": "viewer-pw-run-page"}
+DAG_ID, RUN_ID = "tpc_it_gate", "run-page-test"
+S3_DAG_ID, S3_RUN_ID = "tpc_it_s3", "run-page-s3"
+EPOCH = "2026-09-01"
+S3_CONN = "tpc_run_page_s3"
+S3_SECRET = "run-page-S3cret-not-shown"
+
+
+def _chromium() -> str:
+    """The OS's Chromium (Playwright downloads nothing): a missing one fails, loudly."""
+    path = shutil.which(CHROMIUM) or shutil.which("chromium")
+    assert path, (f"Chromium not found at {CHROMIUM} nor on PATH: the browser test needs it. "
+                  "Install it (as root: apt-get update && apt-get install -y chromium; "
+                  "scripts/bootstrap.sh does), or set TPC_CHROMIUM to its path.")
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stage(sink: Sink, txn: Any, files: dict[str, bytes]) -> None:
+    staging = sink.layout.staging(txn.epoch, txn.attempt)
+    for rel, data in files.items():
+        sink.storage.put(sink.storage.join(staging, rel), data)
+
+
+def _doc(txn: Any, conn_id: str | None = None, public: dict | None = None) -> dict[str, Any]:
+    return {**txn.to_dict(), "storage_conn_id": conn_id, "storage_options": public or {}}
+
+
+@pytest.fixture(scope="module")
+def seeded(dagbag, moto_endpoint, tmp_path_factory) -> dict[str, Any]:
+    """The transactions the pages show (see the module docstring)."""
+    import boto3
+    from airflow import settings
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.dagbag import sync_bag_to_db
+    from airflow.models.dagrun import get_or_create_dagrun
+    from airflow.models.xcom import XComModel
+    from airflow.serialization.serialized_objects import DagSerialization
+    from airflow.utils.types import DagRunTriggeredByType
+
+    # 1. A real run of the protocol's tasks: the commit task stores the manifest link.
+    nospark = dagbag.get_dag("tpc_it_nospark").test(
+        logical_date=day("2026-09-15"), run_conf={"epoch": "2026-09-15", "stale": 1})
+    assert str(getattr(nospark.state, "value", nospark.state)) == "success"
+
+    # 2. A run of tpc_it_gate (local target) and one of tpc_it_s3 (S3 target).
+    DagBundlesManager().sync_bundles_to_db()
+    sync_bag_to_db(dagbag, "dags-folder", None)
+    for dag_id, run_id in ((DAG_ID, RUN_ID), (S3_DAG_ID, S3_RUN_ID)):
+        sdag = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(
+            dagbag.get_dag(dag_id)))
+        with settings.Session() as session:
+            get_or_create_dagrun(dag=sdag, run_id=run_id, logical_date=day(EPOCH),
+                                 data_interval=(day(EPOCH), day(EPOCH)), run_after=day(EPOCH),
+                                 conf=None, triggered_by=DagRunTriggeredByType.TEST,
+                                 triggering_user_name="test", start_date=day(EPOCH),
+                                 session=session)
+            session.commit()
+    owner = {"dag_id": DAG_ID, "run_id": RUN_ID, "task_id": "events.submit", "try_number": 1}
+    local = Sink(str(tmp_path_factory.mktemp("run_page") / "events"), "tpc_run_page")
+    failed = local.begin(EPOCH, owner=owner)
+    _stage(local, failed, {"part-0.parquet": b"f" * 10})
+    local.abort(failed, "the Spark job died (executor lost)")
+    open_txn = local.begin(EPOCH, owner={**owner, "try_number": 2})
+    _stage(local, open_txn, {"part-0.parquet": b"a" * 1000, "part-1.parquet": b"b" * 2048})
+    local.precommit(open_txn, rows={"part-0.parquet": 1200, "part-1.parquet": 34})
+
+    public = {"endpoint_url": moto_endpoint, "region_name": "us-east-1"}
+    boto3.client("s3", aws_access_key_id="run-page", aws_secret_access_key=S3_SECRET,
+                 **public).create_bucket(Bucket="tpc-run-page")
+    os.environ[f"AIRFLOW_CONN_{S3_CONN.upper()}"] = json.dumps({
+        "conn_type": "generic", "login": "run-page", "password": S3_SECRET, "extra": public})
+    s3 = Sink("s3://tpc-run-page/daily", "tpc_run_page_s3",
+              storage_options={**public, "key": "run-page", "secret": S3_SECRET})
+    s3_txn = s3.begin(EPOCH, owner={**owner, "dag_id": S3_DAG_ID, "run_id": S3_RUN_ID})
+    _stage(s3, s3_txn, {"part-0.parquet": b"s" * 3 * 1024 * 1024})
+    s3.precommit(s3_txn, rows={"part-0.parquet": 250_000})
+    assert s3.commit(s3_txn).outcome == "committed"
+
+    with settings.Session() as session:
+        XComModel.set(key="tpc_txn", value=_doc(open_txn), dag_id=DAG_ID,
+                      task_id="events.submit", run_id=RUN_ID, session=session)
+        XComModel.set(key="tpc_txn", value=_doc(s3_txn, S3_CONN, public), dag_id=S3_DAG_ID,
+                      task_id="events.submit", run_id=S3_RUN_ID, session=session)
+        session.commit()
+    return {"nospark_run": nospark.run_id, "local": local, "s3": s3, "open": open_txn}
+
+
+@pytest.fixture(scope="module")
+def server(seeded, airflow_db, tmp_path_factory) -> Iterator[str]:
+    """``airflow api-server`` on a free 127.0.0.1 port, this session's home and DB."""
+    home = tmp_path_factory.mktemp("api_server")
+    passwords = home / "passwords.json"
+    passwords.write_text(json.dumps(PASSWORDS))
+    port = _free_port()
+    env = {**os.environ,
+           "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer",
+           "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+           "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False"}
+    log = open(home / "api-server.log", "wb")  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen([sys.executable, "-m", "airflow", "api-server", "-H", "127.0.0.1",
+                             "-p", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300  # start-up on a busy 2-core machine
+        while True:
+            assert proc.poll() is None, (home / "api-server.log").read_text()[-3000:]
+            try:
+                if httpx.get(f"{base}/api/v2/monitor/health", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "api-server did not answer within 300 s"
+            time.sleep(0.5)
+        yield base
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=_chromium(), headless=True)
+        yield b
+        b.close()
+
+
+def _login(browser: Any, base: str, user: str) -> Any:
+    """A browser context logged in through Airflow's own login form."""
+    context = browser.new_context(viewport={"width": 1600, "height": 820})
+    context.set_default_timeout(120_000)
+    page = context.new_page()
+    page.goto(f"{base}/auth/login")
+    page.get_by_label("Username").fill(user)
+    page.get_by_label("Password").fill(PASSWORDS[user])
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(lambda u: "/auth/login" not in u)
+    assert any(c["name"] == "_token" for c in context.cookies()), context.cookies()
+    return page
+
+
+def _session(base: str, user: str) -> tuple[dict[str, str], str]:
+    """(cookie header, the page's CSRF token) of a fresh session, as a browser would hold."""
+    r = httpx.post(f"{base}/auth/token", json={"username": user, "password": PASSWORDS[user]},
+                   timeout=60)
+    assert r.status_code in (200, 201), r.text
+    cookie = {"Cookie": f"_token={r.json()['access_token']}"}
+    page = httpx.get(f"{base}/airflow-tpc/run", params={"dag_id": DAG_ID, "run_id": RUN_ID},
+                     headers=cookie, timeout=120)
+    assert page.status_code == 200, page.text
+    token = re.search(r'<meta name="tpc-csrf" content="([0-9a-f]+)">', page.text).group(1)
+    return cookie, token
+
+
+def _link_xcom(dag_id: str, run_id: str, task_id: str, key: str) -> str:
+    """An extra link's XCom as the API server reads it (the task runner stores the bare
+    string, not JSON)."""
+    from airflow import settings
+    from airflow.models.xcom import XComModel
+    from sqlalchemy import select
+
+    with settings.Session() as session:
+        raw = session.scalar(select(XComModel.value).where(
+            XComModel.dag_id == dag_id, XComModel.run_id == run_id,
+            XComModel.task_id == task_id, XComModel.key == key))
+    assert raw is not None, f"no {key} XCom"
+    raw = raw.decode() if isinstance(raw, bytes) else str(raw)
+    return json.loads(raw) if raw.startswith('"') else raw
+
+
+def test_http_refusals(server, seeded):
+    """Unauthenticated, forged cross-site, unknown and unauthorized requests are refused,
+    and change nothing in the ledger."""
+    q = {"dag_id": DAG_ID, "run_id": RUN_ID}
+    local: Sink = seeded["local"]
+    def ledger() -> list[dict[str, Any]]:
+        return [{k: v for k, v in i.to_dict().items() if k != "age_s"} for i in local.describe()]
+
+    before = ledger()
+
+    # Not logged in: 401, a page offering the login (HTML routes) or JSON (API routes).
+    r = httpx.get(f"{server}/airflow-tpc/run", params=q, timeout=120)
+    assert r.status_code == 401 and "/auth/login?next=" in r.text, r.text
+    assert httpx.get(f"{server}/airflow-tpc/api/transactions", params=q,
+                     timeout=120).status_code == 401
+    assert httpx.get(f"{server}/airflow-tpc/", timeout=120).status_code == 401
+
+    admin, token = _session(server, "admin")
+    # Unknown run, unknown target, unknown attempt: 404, never an empty page or "None".
+    for path, params in (("/airflow-tpc/run", {"dag_id": DAG_ID, "run_id": "no-such-run"}),
+                         ("/airflow-tpc/target", {"dag_id": DAG_ID, "task_id": "nope"}),
+                         ("/airflow-tpc/manifest", {**q, "epoch": EPOCH, "attempt": 9}),
+                         ("/airflow-tpc/api/transactions", {"dag_id": "nodag", "run_id": "x"})):
+        r = httpx.get(f"{server}{path}", params=params, headers=admin, timeout=120)
+        assert r.status_code == 404, (path, r.status_code, r.text)
+        assert "None" not in r.text, r.text
+
+    body = {"epoch": EPOCH, "attempt": seeded["open"].attempt}
+    abort = f"{server}/airflow-tpc/api/abort"
+    # A forged cross-site POST with the victim's cookie: form, then JSON from a foreign page.
+    evil = {"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"}
+    r = httpx.post(abort, params=q, data={k: str(v) for k, v in body.items()},
+                   headers={**admin, **evil}, timeout=120)
+    assert r.status_code == 403, r.text
+    r = httpx.post(abort, params=q, json=body, timeout=120,
+                   headers={**admin, **evil, "X-Airflow-TPC": token})
+    assert r.status_code == 403, r.text
+    # Same origin and JSON, but not this session's token (a guess, or another session's).
+    r = httpx.post(abort, params=q, json=body, timeout=120,
+                   headers={**admin, "Origin": server, "X-Airflow-TPC": "1"})
+    assert r.status_code == 403 and "token" in r.json()["detail"], r.text
+
+    # The viewer may read the run but not abort in it, even with its own valid token.
+    viewer, viewer_token = _session(server, "viewer")
+    r = httpx.post(abort, params=q, json=body, timeout=120,
+                   headers={**viewer, "Origin": server, "X-Airflow-TPC": viewer_token})
+    assert r.status_code == 403 and "token" not in r.text, r.text
+    assert ledger() == before
+
+
+def test_manifest_pages_and_extra_link(server, seeded, browser):
+    """The commit task's extra link is an http page of the plugin; the manifest lists
+    files, sizes, checksums and rows, for a local and an S3 target."""
+    run_id = seeded["nospark_run"]
+    link = _link_xcom("tpc_it_nospark", run_id, "commit", "_link_ManifestLink")
+    assert link.startswith("/airflow-tpc/manifest?dag_id=tpc_it_nospark&"), link
+    assert "epoch=2026-09-15" in link and "attempt=2" in link, link
+
+    page = _login(browser, server, "admin")
+    page.goto(f"{server}{link}")
+    assert page.locator("h1").inner_text() == "Manifest of tpc_it_nospark/2026-09-15/2"
+    assert page.locator(".badge").first.get_attribute("data-state") == "COMMITTED"
+    assert "published marker" in page.locator("dl.facts").inner_text()
+    [entry] = page.locator("tr.manifest-file").all()
+    cells = entry.locator("td").all_inner_texts()
+    assert cells[0].endswith("part-0.parquet") and cells[1] == "64 B", cells
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", cells[3]), cells
+
+    # An S3 target, through the run page's manifest link.
+    page.goto(f"{server}/airflow-tpc/run?dag_id={S3_DAG_ID}&run_id={S3_RUN_ID}")
+    card = page.locator('section.card[data-target="s3://tpc-run-page/daily"]')
+    row = card.locator("tbody tr")
+    assert row.get_attribute("data-state") == "COMMITTED"
+    assert row.locator('td[data-col="bytes"]').inner_text() == "3.0 MiB"
+    assert row.locator('td[data-col="rows"]').inner_text() == "250,000"
+    row.get_by_role("link", name="Manifest").click()
+    page.wait_for_url(re.compile(r"/airflow-tpc/manifest\?"))
+    facts = page.locator("dl.facts").inner_text()
+    assert "s3://tpc-run-page/daily" in facts and "published marker" in facts, facts
+    [entry] = page.locator("tr.manifest-file").all()
+    cells = entry.locator("td").all_inner_texts()
+    assert "part-0.parquet" in cells[0] and cells[1] == "3.0 MiB" and cells[2] == "250,000"
+    assert cells[3].startswith("etag:"), cells
+    assert S3_SECRET not in page.content()
+    # Outside Airflow's frame the page follows the OS colour scheme.
+    assert page.evaluate("document.documentElement.dataset.theme") == "light"
+    page.emulate_media(color_scheme="dark")
+    page.reload()
+    assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+    page.context.close()
+
+
+def test_run_page_in_airflow_ui_and_abort(server, seeded, browser):
+    """Log in, open the run's Transactions tab in Airflow's UI, read it, screenshot it,
+    abort the pre-committed attempt through the dialog; the ledger says ABORTED."""
+    local: Sink = seeded["local"]
+    txn = seeded["open"]
+    page = _login(browser, server, "admin")
+
+    # Reached from Airflow's navigation: the Plugins menu entry (an external view).
+    page.goto(f"{server}/plugin/airflow-tpc")
+    nav = page.frame_locator('iframe[title="TPC transactions"]')
+    nav.get_by_role("link", name=f"{DAG_ID} / {RUN_ID}").first.wait_for()
+
+    # The run view, as a tab of the DAG run in Airflow's UI.
+    page.goto(f"{server}/dags/{DAG_ID}/runs/{RUN_ID}/plugin/tpc-run")
+    frame = page.frame_locator('iframe[title="Transactions"]')
+    card = frame.locator(f'section.card[data-target="{local.target}"]')
+    rows = card.locator("tbody tr")
+    rows.first.wait_for()
+    assert rows.count() == 2
+    states = {r.get_attribute("data-txn"): r.get_attribute("data-state") for r in rows.all()}
+    assert states == {f"tpc_run_page/{EPOCH}/1": "ABORTED", txn.txn_id: "PRECOMMITTED"}
+    open_row = card.locator(f'tr[data-txn="{txn.txn_id}"]')
+    assert open_row.locator('td[data-col="files"]').inner_text() == "2"
+    assert open_row.locator('td[data-col="rows"]').inner_text() == "1,234"
+    assert open_row.locator('td[data-col="bytes"]').inner_text() == "3.0 KiB"
+    assert re.search(r"in \d+ (h|min|d)", open_row.inner_text()), open_row.inner_text()
+    aborted_row = card.locator(f'tr[data-txn="tpc_run_page/{EPOCH}/1"]')
+    assert "executor lost" in aborted_row.inner_text()
+    assert aborted_row.get_by_role("button", name="Abort").count() == 0
+    # The badge has Airflow's state colour (failed: red) for ABORTED.
+    colour = aborted_row.locator(".badge").evaluate(
+        "e => getComputedStyle(e).getPropertyValue('--c').trim()")
+    assert colour == "#ff0000", colour
+    assert "None" not in frame.locator("body").inner_text()
+    # Inside Airflow's UI the page takes the UI's own colour mode.
+    ui_mode = page.evaluate("document.documentElement.classList.contains('dark')")
+    theme = frame.locator("html").get_attribute("data-theme")
+    assert theme == ("dark" if ui_mode else "light"), theme
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOT))
+
+    # Abort: the dialog first (Cancel changes nothing), then confirm.
+    open_row.get_by_role("button", name="Abort").click()
+    dialog = frame.locator("#tpc-abort-dialog")
+    assert dialog.is_visible() and txn.txn_id in dialog.inner_text()
+    dialog.get_by_role("button", name="Cancel").click()
+    assert not dialog.is_visible()
+    assert local.describe(EPOCH)[-1].state is TxnState.PRECOMMITTED
+    open_row.get_by_role("button", name="Abort").click()
+    dialog.get_by_role("button", name="Abort transaction").click()
+    # The page reloads from the ledger once the abort answered.
+    frame.locator(f'tr[data-txn="{txn.txn_id}"][data-state="ABORTED"]').wait_for()
+    info = next(i for i in local.describe(EPOCH) if i.attempt == txn.attempt)
+    assert info.state is TxnState.ABORTED and info.staging_files == 0
+    assert info.reason == "aborted from the airflow-tpc UI by admin"
+
+    # The target view: every transaction of the target, newest first, with its run.
+    page.goto(f"{server}/airflow-tpc/target?dag_id={DAG_ID}&task_id=events.submit")
+    txns = page.locator("tbody tr").evaluate_all("rs => rs.map(r => r.dataset.txn)")
+    assert txns == [txn.txn_id, f"tpc_run_page/{EPOCH}/1"], txns
+    assert page.get_by_role("link", name=f"{DAG_ID} / {RUN_ID}").count() == 2
+    page.context.close()
