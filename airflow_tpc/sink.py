@@ -163,7 +163,8 @@ class Sink:
 
     def _claimed_staging_root(self, claim: dict[str, Any] | None) -> str:
         """The staging root a claim records: its ``staging_root``; a claim without one
-        was written before staging moved beside the target (``<target>/_tpc/staging``).
+        was written before staging moved beside the target, or by a sink configured
+        with its own staging root: ``<target>/_tpc/staging`` unless configured.
         An unclaimed target has no staging yet: the place a claim would get (by name,
         without probing the store)."""
         if claim is None:
@@ -296,11 +297,9 @@ class Sink:
                     verb, self.target, owner, self.namespace)
 
     def _new_staging_root(self) -> str:
-        """Where a target claimed now stages: the configured root, else beside the target
-        when the store has a place there that serves (asked of the store), else inside
-        it, with a WARNING (recursive readers of the target then see staging)."""
-        if self._configured_staging:
-            return self._configured_staging
+        """Where a target claimed now without a configured staging root stages: beside
+        the target when the store has a place there that serves (asked of the store),
+        else inside it, with a WARNING (recursive readers then see staging)."""
         home = self.storage.staging_home(self._root)
         problem = "it has no parent folder (a bucket or filesystem root)" if home is None \
             else self.storage.staging_home_problem(self._root, home)
@@ -320,8 +319,14 @@ class Sink:
         path = self.layout_claim_path
         claim = self._load_claim()
         if claim is None:
-            doc = {"format": "airflow-tpc-sink", "version": 2, "namespace": self.namespace,
-                   "staging_root": self.storage.uri(self._new_staging_root())}
+            doc: dict[str, Any] = {"format": "airflow-tpc-sink", "version": 2,
+                                   "namespace": self.namespace}
+            if not self._configured_staging:
+                # Only a root airflow-tpc chose is recorded: a configured one (table
+                # targets) stays the sink's to name, so a sink opened without that
+                # configuration (a plain folder sink on a table's location) looks in
+                # <target>/_tpc/staging and fails closed, as before.
+                doc["staging_root"] = self.storage.uri(self._new_staging_root())
             if self.storage.put_if_absent(path, Ledger.encode(doc)):
                 claim = doc
             else:  # claimed meanwhile (or our own retried request took effect)

@@ -317,9 +317,24 @@ def test_the_claim_records_where_staging_lies(target):
     with pytest.raises(TpcError, match="keeps the staging root it was created with"):
         Sink(uri, NS, storage_options=options, config=SinkConfig(staging_root=other)).begin("2")
     assert sink.describe() and [i.attempt for i in sink.describe()] == [1]
-    # the same root configured explicitly is fine (table sinks always configure theirs)
+    # the same root configured explicitly is fine
     same = Sink(uri, NS, storage_options=options, config=SinkConfig(staging_root=expected))
     assert same.begin("2").staging_uri == f"{expected}/epoch=2/attempt=000001"
+
+
+def test_a_configured_staging_root_is_not_recorded(tmp_path):
+    """Table sinks configure theirs: the claim leaves it to the sink, so a plain sink
+    opened on the same location looks in <target>/_tpc/staging and fails closed."""
+    uri, scratch = str(tmp_path / "t"), str(tmp_path / "t" / "data" / "_tpc_staging")
+    sink = Sink(uri, NS, config=SinkConfig(staging_root=scratch, promotion="manifest"))
+    txn = sink.begin("1")
+    assert txn.staging_uri == f"file://{scratch}/epoch=1/attempt=000001"
+    assert json.loads((tmp_path / "t" / "_tpc" / "sink.json").read_text()) == {
+        "format": "airflow-tpc-sink", "version": 2, "namespace": NS}
+    write(sink, txn, {"part=a/p0.parquet": rows(1, 1)})
+    with pytest.raises(TpcError, match="staging"):
+        Sink(uri, NS).precommit(txn)
+    assert sink.read_manifest(txn) is None
 
 
 def test_a_bucket_root_target_stages_inside_itself_with_a_warning(s3_options, s3_bucket,
