@@ -13,9 +13,17 @@ records, each written at most once with put-if-absent (docs/PROTOCOL.md §2-§3)
     <target>/_tpc/ledger/epoch=<E>/attempt=<NNNNNN>/closed.json      an abort carried out
     <target>/_tpc/pending/epoch=<E>,attempt=<NNNNNN>                 decided, not finished
     <target>/_tpc/pending/index.json                                 the index is complete
-    <target>/_tpc/staging/epoch=<E>/attempt=<NNNNNN>/...             the attempt's files,
+    <parent>/_tpc_staging/<name>/epoch=<E>/attempt=<NNNNNN>/...     the attempt's files,
         .../_tpc_fingerprints.json, then .../_tpc_manifest.json      sealed at pre-commit
     <target>/epoch=<E>/_tpc_published.json                           what readers read
+
+Staging lies *beside* the target (``<target>`` is ``<parent>/<name>``), on the same
+store, so no recursive reader of the target (DuckDB's ``**/*.parquet``, pyarrow,
+polars, a Hive external table) ever sees a staged or aborted file, and a local
+promotion is still one directory exchange.  Where it lies is recorded in the
+namespace claim (``staging_root``), so a target keeps the layout it was created
+with: a claim without it is a target of the earlier layout, staged in
+``<target>/_tpc/staging`` (still read and committed as it is).
 
 The pending-index entries are the exception to "written once": hints written
 with a plain put and removed with a delete (below, and PROTOCOL.md §5.8).
@@ -106,9 +114,37 @@ def attempt_name(attempt: int) -> str:
     return f"attempt={attempt:06d}"
 
 
+def legacy_staging_root(storage: Storage, root: str) -> str:
+    """Staging inside the target, ``<target>/_tpc/staging``: the layout of targets
+    claimed before staging moved beside the target, and of targets with no parent."""
+    return storage.join(root, TPC_DIR, "staging")
+
+
+def claim_path(storage: Storage, root: str) -> str:
+    return storage.join(root, TPC_DIR, "sink.json")
+
+
+def staging_root_problem(root: str, staging_root: str) -> str | None:
+    """Why ``staging_root`` cannot hold the staging of the target at ``root`` (None: fine).
+
+    Staging must not be the target, hold it, or lie inside a published epoch folder:
+    cleaning staging would then delete published data."""
+    root, staging_root = root.rstrip("/"), staging_root.rstrip("/")
+    if staging_root == root or root.startswith(staging_root + "/"):
+        return "it is the target or holds it"
+    if staging_root.startswith(root + "/epoch="):
+        return "it lies inside a published epoch folder"
+    return None
+
+
 @dataclass(frozen=True)
 class Layout:
-    """Where everything of one target lives in its store."""
+    """Where everything of one target lives in its store.
+
+    ``staging_root`` "" means the earlier layout, inside the target (kept for callers
+    that build a layout by hand); a :class:`~airflow_tpc.Sink` always passes the
+    one its target's claim records.
+    """
 
     storage: Storage
     root: str
@@ -116,12 +152,26 @@ class Layout:
 
     def __post_init__(self) -> None:
         if not self.staging_root:
-            object.__setattr__(self, "staging_root", self.storage.join(self.root, TPC_DIR,
-                                                                      "staging"))
+            object.__setattr__(self, "staging_root", legacy_staging_root(self.storage,
+                                                                         self.root))
 
     @property
     def sink_record(self) -> str:
-        return self.storage.join(self.root, TPC_DIR, "sink.json")
+        return claim_path(self.storage, self.root)
+
+    @property
+    def staging_base(self) -> str:
+        """The folder from which every folder down to an attempt's staging must be
+        real (no link): the target for staging inside it, the target's parent for
+        staging beside it, else the configured staging root itself."""
+        root = self.root.rstrip("/")
+        staging = self.staging_root.rstrip("/")
+        parent = root.rpartition("/")[0]
+        if staging.startswith(root + "/"):
+            return root
+        if parent and staging.startswith(parent + "/"):
+            return parent
+        return staging
 
     @property
     def ledger_root(self) -> str:
@@ -144,14 +194,13 @@ class Layout:
     def check_staging(self, epoch: str, attempt: int) -> str:
         """The attempt's staging path, refused unless every folder of it is real.
 
-        Checked from the target root down (``_tpc``, ``staging``, ``epoch=E``,
-        ``attempt=A``), or from a configured staging root: a link anywhere there
-        would make airflow-tpc publish or delete files outside the target.
+        Checked from :attr:`staging_base` down (beside the target: ``_tpc_staging``,
+        ``<name>``, ``epoch=E``, ``attempt=A``; inside it: ``_tpc``, ``staging``, ...):
+        a link anywhere there would make airflow-tpc publish or delete files
+        outside the target.
         """
         path = self.staging(epoch, attempt)
-        root = self.root.rstrip("/")
-        base = root if self.staging_root.startswith(root + "/") else self.staging_root
-        self.storage.check_real_dirs(base, path)
+        self.storage.check_real_dirs(self.staging_base, path)
         return path
 
     def check_published(self, epoch: str) -> str:
@@ -216,10 +265,16 @@ class Ledger:
     def decode(self, path: str, data: bytes | None,
                limit: int = MAX_RECORD_BYTES) -> dict[str, Any] | None:
         """Parse one record's bytes: a JSON object under ``limit`` bytes, or LedgerError."""
+        return self.decode_at(self.storage, path, data, limit)
+
+    @staticmethod
+    def decode_at(storage: Storage, path: str, data: bytes | None,
+                  limit: int = MAX_RECORD_BYTES) -> dict[str, Any] | None:
+        """:meth:`decode` without a ledger (the claim is read before the layout is known)."""
         if data is None:
             return None
         if len(data) > limit:
-            raise LedgerError(f"ledger record {self.storage.uri(path)} is {len(data)} bytes, "
+            raise LedgerError(f"ledger record {storage.uri(path)} is {len(data)} bytes, "
                               f"above the {limit} byte cap of its kind; it was not written by "
                               "airflow-tpc")
         try:
@@ -227,7 +282,7 @@ class Ledger:
             if not isinstance(doc, dict):
                 raise ValueError
         except ValueError:
-            raise LedgerError(f"ledger record {self.storage.uri(path)} is corrupt (not a JSON "
+            raise LedgerError(f"ledger record {storage.uri(path)} is corrupt (not a JSON "
                               "object); it is never rewritten by airflow-tpc, so it was changed "
                               "by hand or damaged") from None
         return doc

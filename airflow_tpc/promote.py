@@ -193,6 +193,7 @@ class RenameSwap(Strategy):
         # Serialised by the promotion lock: check-then-swap cannot interleave.
         storage = layout.storage
         paths = [f"epoch={manifest.epoch}/{f.path}" for f in manifest.files]
+        _drop_hidden_folders(layout, staging)
         crashpoint("promote.before_marker")
         storage.put(storage.join(staging, PUBLISHED_MARKER),
                     json.dumps(marker_doc(manifest, self.name, paths)).encode())
@@ -204,6 +205,26 @@ class RenameSwap(Strategy):
     def clean(self, layout: Layout, epoch: str, attempt: int, manifest: Manifest | None,
               current: dict[str, Any] | None) -> None:
         layout.remove_staging(epoch, attempt)  # now the displaced old epoch, if any
+
+
+def _drop_hidden_folders(layout: Layout, staging: str) -> None:
+    """Remove hidden folders (``_temporary/``, ``.spark-staging-*``...) from staging
+    before it becomes the published epoch folder: a failed or straggling Spark task
+    leaves its part files there, never in the manifest, and a reader that does not
+    skip ``_`` folders (DuckDB's ``**/*.parquet``) would read them once published.
+    Hidden files (``_SUCCESS``, ``.crc``, the manifest) stay: no glob of data files
+    matches them, and some consumers wait for ``_SUCCESS``."""
+    storage = layout.storage
+    prefix = staging.rstrip("/") + "/"
+    doomed: set[str] = set()
+    for info in storage.list(staging):
+        parts = info.path[len(prefix):].split("/")
+        for depth, part in enumerate(parts[:-1]):
+            if part[:1] in ("_", "."):
+                doomed.add(prefix + "/".join(parts[:depth + 1]))
+                break
+    for folder in sorted(doomed):
+        storage.delete_prefix(folder)
 
 
 class CopyThenSwapMarker(Strategy):

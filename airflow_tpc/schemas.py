@@ -232,9 +232,11 @@ def marker_schema() -> dict[str, Any]:
 def sink_claim_schema() -> dict[str, Any]:
     return _document(
         "sink", "airflow-tpc namespace claim (_tpc/sink.json)",
-        "The namespace that owns the target; written once.",
-        _object({**_const_format("airflow-tpc-sink", 1),
-                 "namespace": {"type": "string", "minLength": 1}},
+        "The namespace that owns the target, and (version 2) where its staging lies; "
+        "written once. A claim without `staging_root` stages in `<target>/_tpc/staging`.",
+        _object({"format": {"const": "airflow-tpc-sink"}, "version": {"enum": [1, 2]},
+                 "namespace": {"type": "string", "minLength": 1},
+                 "staging_root": {"type": "string", "minLength": 1}},
                 ["format", "namespace"]))
 
 

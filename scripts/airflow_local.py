@@ -19,6 +19,7 @@ Configuration (environment; ``start`` records what it used in $AIRFLOW_HOME/run/
   AIRFLOW_HOME          default ./.airflow-local in the repository
   AIRFLOW_LOCAL_PORT    the API server's port (default: a free one)
   AIRFLOW_LOCAL_DAGS    the DAGs folder (default: the repository's dags/)
+  AIRFLOW_LOCAL_DB_URL  the metadata DB (default: SQLite, $AIRFLOW_HOME/airflow.db)
   TPC_EXAMPLE_TARGET    the example DAG's target (default $AIRFLOW_HOME/data/daily_event_counts)
   AIRFLOW_LOCAL_START_TIMEOUT  seconds to wait for healthy services (default 600)
 """
@@ -87,7 +88,9 @@ def _service_env(home: Path, port: int, worker_log_port: int, trigger_log_port: 
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         # Writers wait up to 60 s for SQLite's lock instead of Python's default 5 s.
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db?timeout=60",
+        # AIRFLOW_LOCAL_DB_URL: another metadata DB, e.g. postgresql+psycopg2://... .
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": os.environ.get("AIRFLOW_LOCAL_DB_URL")
+        or f"sqlite:///{home}/airflow.db?timeout=60",
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__PORT": str(port),

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from ..errors import StorageError, UnsupportedStorage
 
 CHUNK = 8 * 1024 * 1024
+#: The folder beside a target that holds its staging (docs/PROTOCOL.md §2).
+STAGING_HOME_DIR = "_tpc_staging"
 
 
 @dataclass(frozen=True)
@@ -170,6 +172,27 @@ class Storage(ABC):
         if self.has_links:
             raise StorageError(f"{type(self).__name__} can hold links but cannot check for "
                                "them; refusing to act on staging it cannot vouch for")
+
+    def staging_home(self, root: str) -> str | None:
+        """Where a new target's staging goes: ``<parent>/_tpc_staging/<name>``, beside the
+        target on the same store, so no recursive reader of the target sees it.
+
+        None when the target has no parent to hold it (a bucket root, a filesystem
+        root): the caller then stages inside the target (``<target>/_tpc/staging``).
+        A pure name; :meth:`staging_home_problem` says whether it can really be used.
+        """
+        parent, _, name = root.rstrip("/").rpartition("/")
+        if not parent or not name:
+            return None
+        return self.join(parent, STAGING_HOME_DIR, name)
+
+    def staging_home_problem(self, root: str, home: str) -> str | None:
+        """Why staging at ``home`` cannot serve the target at ``root`` (None: it can).
+
+        Asked once, when a target is claimed.  Object stores: any prefix of the
+        bucket serves (server-side copies need no more).
+        """
+        return None
 
     def check_target(self, root: str) -> None:  # noqa: B027 - a no-op where keys are names
         """Refuse a target root that cannot be a folder (e.g. an existing regular file)."""

@@ -182,6 +182,32 @@ class LocalStorage(Storage):
             if not stat.S_ISDIR(st.st_mode):
                 raise StorageError(f"{current} is not a directory")
 
+    def staging_home_problem(self, root: str, home: str) -> str | None:
+        """A local promotion is one ``rename``/``renameat2`` of staging into the target,
+        which works only inside one mounted file system: probe exactly that (a folder
+        made under ``home`` and renamed into ``<root>/_tpc``), so a target that is a
+        mount point (or a bind mount), or whose parent is not writable, is told apart.
+        What the probe created is removed again."""
+        probe = f".tpc-probe-{uuid.uuid4().hex[:12]}"
+        made = [p for p in (os.path.dirname(home), home) if not os.path.lexists(p)]
+        src, dst = os.path.join(home, probe), os.path.join(root, "_tpc", probe)
+        try:
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            os.makedirs(src)
+            try:
+                os.rename(src, dst)
+            except OSError as exc:
+                os.rmdir(src)
+                return f"a folder cannot be renamed from {home} into {root} ({exc.strerror})"
+            os.rmdir(dst)
+            return None
+        except OSError as exc:
+            return f"{home} cannot be created ({exc.strerror})"
+        finally:
+            for path in reversed(made):
+                with contextlib.suppress(OSError):
+                    os.rmdir(path)
+
     def check_target(self, root: str) -> None:
         try:
             st = os.stat(root)

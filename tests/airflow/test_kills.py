@@ -168,7 +168,8 @@ def _visible(target):
 
 
 def _staging(target, epoch, attempt=None):
-    path = Path(target, "_tpc", "staging", f"epoch={epoch}")
+    # beside the target (docs/PROTOCOL.md §2)
+    path = Path(target).parent / "_tpc_staging" / Path(target).name / f"epoch={epoch}"
     return tree(path if attempt is None else path / f"attempt={attempt:06d}")
 
 

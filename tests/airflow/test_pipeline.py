@@ -192,7 +192,7 @@ def test_sensor_marked_failed_aborts(dag, sink, target, asset_uri):
               if not p.startswith("_tpc")}
     _consume_downstream_queue("tpc_it_downstream")  # as the scheduler would have
     n_events = len(asset_events(asset_uri))
-    staging = Path(target, "_tpc", "staging", "epoch=2026-03-05")
+    staging = Path(sink.layout.staging_root, "epoch=2026-03-05")
     stop = threading.Event()
     marker = threading.Thread(target=_mark_failed_when_waiting, daemon=True, args=(
         DAG_ID, "events.wait_precommit", lambda: any(staging.rglob("*.parquet")), stop))

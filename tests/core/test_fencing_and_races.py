@@ -227,7 +227,8 @@ def test_manifest_mode_publishes_without_copying(store):
     txn, _ = stage(sink, "1", {"a.parquet": b"A", "p=1/b.parquet": b"B"})
     sink.commit(txn)
     uris = sink.committed_files()["1"]
-    assert all("/_tpc/staging/epoch=1/attempt=000001/" in u for u in uris)
+    staged = sink.storage.uri(sink.layout.staging("1", 1))
+    assert "/_tpc_staging/" in staged and all(u.startswith(staged + "/") for u in uris)
     txn2, _ = stage(sink, "1", {"c.parquet": b"C"})
     sink.commit(txn2)
     assert_invariant(sink, {"1": [b"C"]}, open_staging_ok=False)

@@ -160,10 +160,13 @@ class DamageMachine(RuleBasedStateMachine):
         return local_tree(self.outside)
 
     def _through_link(self, path):
-        """True if any folder from the target root down to ``path`` is a symlink."""
+        """True if any folder from the target root (or, for staging beside the target,
+        from its staging base) down to ``path`` is a symlink."""
         if not self.local:
             return False
         root = self.sink.layout.root.rstrip("/")
+        if not path.startswith(root + "/"):
+            root = self.sink.layout.staging_base.rstrip("/")
         current = root
         for part in path[len(root):].strip("/").split("/"):
             current = os.path.join(current, part)

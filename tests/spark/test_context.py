@@ -54,7 +54,8 @@ def test_conf_payload_gives_everything_the_job_needs(sink):
         sink.target, "2026-11-20", txn.attempt, txn.attempt)
     assert job.txn == txn and job.guarantee is DeliveryGuarantee.EXACTLY_ONCE
     assert job.staging_uri == txn.staging_uri == job.output_uri
-    assert "/_tpc/staging/epoch=2026-11-20/attempt=" in job.output_uri
+    assert "/_tpc_staging/" in job.output_uri  # beside the target (PROTOCOL §2)
+    assert "/epoch=2026-11-20/attempt=" in job.output_uri
 
 
 def test_environment_is_the_fallback_and_conf_wins(sink, monkeypatch):

@@ -9,6 +9,8 @@ the URI, the swapped answers would change nothing.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -94,7 +96,7 @@ def _committed_local_target(tmp_path) -> Sink:
     """One committed epoch written with pyarrow straight into staging (real files)."""
     sink = Sink(str(tmp_path / "t"), "ns")
     txn = sink.begin("2026-11-20")
-    staged = tmp_path / "t" / "_tpc" / "staging" / "epoch=2026-11-20" / "attempt=000001"
+    staged = Path(sink.layout.staging("2026-11-20", txn.attempt))
     (staged / "k=a").mkdir(parents=True)
     pq.write_table(pa.table({"v": [1, 2]}), staged / "k=a" / "part-0.parquet")
     manifest = sink.precommit(txn)

@@ -57,3 +57,19 @@ def stage(sink: IcebergSink, epoch: str, batches: dict[str, pa.Table], *,
         write_parquet(sink, txn, name, batch)
     manifest = sink.precommit(txn) if precommit else None
     return txn, manifest
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """The suite's one SparkSession if one runs already; else one for the table tests."""
+    from pyspark.sql import SparkSession
+
+    existing = SparkSession.getActiveSession()
+    session = existing or (
+        SparkSession.builder.master("local[2,2]").appName("airflow-tpc-tests")
+        .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    if existing is None:
+        session.stop()

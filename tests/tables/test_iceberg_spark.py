@@ -3,25 +3,7 @@
 
 from __future__ import annotations
 
-import pytest
-
 from airflow_tpc.tables.iceberg import PROP_ATTEMPT
-
-
-@pytest.fixture(scope="module")
-def spark():
-    """The suite's one SparkSession if one runs already; else one for this module."""
-    from pyspark.sql import SparkSession
-
-    existing = SparkSession.getActiveSession()
-    session = existing or (
-        SparkSession.builder.master("local[2,2]").appName("airflow-tpc-tests")
-        .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "4").getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    if existing is None:
-        session.stop()
 
 
 def _job(spark, txn, ids: list[int]) -> None:

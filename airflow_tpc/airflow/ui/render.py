@@ -139,7 +139,7 @@ def _abort_button(row: Row) -> str:
             "Abort</button>")
 
 
-_COLUMNS = ("Transaction", "State", "Epoch", "Attempt", "Files", "Rows", "Size", "Staged",
+_COLUMNS = ("State", "Epoch", "Attempt", "Files", "Rows", "Size", "Staged",
             "Started", "Decided", "Expires", "Reason", "")
 
 
@@ -154,11 +154,8 @@ def _table(rows: Sequence[Row], now: float, with_owner: bool) -> str:
         i = row.info
         staged = (f"{number(i.get('staging_files'))} / {human_bytes(i.get('staging_bytes'))}"
                   if i.get("staging_files") else _DASH)
-        txn = esc(i["txn_id"])
-        if row.manifest_href:
-            txn = f'<a href="{esc(row.manifest_href)}" title="manifest">{txn}</a>'
         cells = [
-            f'<td class="mono">{txn}</td>', f"<td>{state_badge(i)}</td>",
+            f"<td>{state_badge(i)}</td>",
             f'<td class="mono">{esc(i["epoch"])}</td>',
             f'<td class="num">{int(i["attempt"])}</td>',
             f'<td class="num" data-col="files">{number(i.get("files"))}</td>',
@@ -180,8 +177,9 @@ def _table(rows: Sequence[Row], now: float, with_owner: bool) -> str:
             actions.append(f'<a href="{esc(row.manifest_href)}">Manifest</a>')
         if button := _abort_button(row):
             actions.append(button)
-        cells.append(f'<td>{" ".join(actions)}</td>')
-        body.append(f'<tr data-txn="{esc(i["txn_id"])}" data-state="{esc(i["state"])}">'
+        cells.append(f'<td><span class="actions">{"".join(actions)}</span></td>')
+        body.append(f'<tr data-txn="{esc(i["txn_id"])}" data-state="{esc(i["state"])}" '
+                    f'title="{esc(i["txn_id"])}">'
                     + "".join(cells) + "</tr>")
     return (f'<div class="table-wrap"><table><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table></div>')

@@ -1,0 +1,65 @@
+"""The protocol's Airflow tasks around a plain-Python job, for the metrics tests
+(tests/airflow/test_metrics.py): each run's ``conf`` picks what happens to its attempt.
+
+conf: ``epoch``; ``fail`` (the job dies before its pre-commit: the abort task aborts);
+``fence`` (after the pre-commit another run begins a higher attempt of the epoch, so this
+one is a fenced zombie); ``expire`` (the attempt is begun with a 0.2 s timeout and never
+pre-committed: the sensor finds it expired).  Two files of known sizes and rows are staged.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import DAG, task
+
+from airflow_tpc import Sink, SinkConfig
+from airflow_tpc.airflow import AbortOperator, CommitOperator, PrecommitSensor
+
+ROOT = os.environ.get("TPC_IT_ROOT", "/tmp/tpc-it")
+TARGET = os.path.join(ROOT, "metrics_target")
+NAMESPACE = "tpc_it_metrics"
+#: relative path -> (bytes, rows) of the files every attempt stages
+FILES = {"part-0.parquet": (100, 7), "part-1.parquet": (250, 35)}
+
+with DAG("tpc_it_metrics", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
+         tags=["tpc-test"]):
+
+    @task(task_id="submit")
+    def submit(**context: Any) -> None:
+        conf = context["dag_run"].conf or {}
+        ti = context["ti"]
+        epoch = conf["epoch"]
+        owner = {"dag_id": ti.dag_id, "run_id": ti.run_id}
+        timeout = 0.2 if conf.get("expire") else 3600.0
+        sink = Sink(TARGET, NAMESPACE, config=SinkConfig(timeout_s=timeout))
+        txn = sink.begin(epoch, owner=owner)
+        ti.xcom_push(key="tpc_txn", value={**txn.to_dict(), "storage_conn_id": None,
+                                           "storage_options": {}})
+        staging = Path(txn.staging_uri.removeprefix("file://"))
+        staging.mkdir(parents=True, exist_ok=True)
+        for name, (size, _) in FILES.items():
+            (staging / name).write_bytes(b"x" * size)
+        if conf.get("fail"):
+            raise RuntimeError("the job failed before its pre-commit")
+        if conf.get("expire"):
+            while not txn.expired():  # wait for the condition, not for the sensor
+                time.sleep(0.05)
+            return
+        sink.precommit(txn, rows={name: rows for name, (_, rows) in FILES.items()})
+        if conf.get("fence"):
+            Sink(TARGET, NAMESPACE).begin(epoch, owner={"dag_id": "another", "run_id": "zombie"})
+
+    begun = submit()
+    wait = PrecommitSensor(task_id="wait_precommit", target=TARGET, namespace=NAMESPACE,
+                           submit_task_id="submit", mode="poke", poke_interval=1, timeout=300)
+    commit = CommitOperator(task_id="commit", target=TARGET, namespace=NAMESPACE,
+                            sensor_task_id="wait_precommit")
+    abort = AbortOperator(task_id="abort", target=TARGET, namespace=NAMESPACE,
+                          submit_task_id="submit")
+    begun >> wait >> commit
+    [begun, wait, commit] >> abort
