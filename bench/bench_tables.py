@@ -570,6 +570,7 @@ def main(argv: list[str] | None = None) -> int:
     data = {"schema": 1, "runs": [*old.get("runs", []), run] if not args.fresh else [run],
             "cases": sorted([*keep, *cases], key=lambda c: (c["files"], c["path"])),
             "profile": profile or old.get("profile", {}),
+            "notes": old.get("notes", []),  # hand-written remarks on earlier runs
             "cpu": {"files": cpu_n, "load": os.getloadavg()[0], "steps": cpu} if cpu
             else old.get("cpu", {})}
     results_path.parent.mkdir(parents=True, exist_ok=True)

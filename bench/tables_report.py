@@ -209,7 +209,8 @@ def render(data: dict[str, Any]) -> str:
              "- **copy** (the baseline of every ratio): a folder target, copy promotion, "
              "default `copy_workers=16`;",
              "- **manifest**: a folder target, `promotion=\"manifest\"`;",
-             f"- **{PROTO_PARALLEL}** and **{PROTO_PRECOMMIT}**: prototypes, Iceberg with "
+             f"- **{PROTO_PARALLEL}**, **{PROTO_PRECOMMIT}** and **{PROTO_DEDUPE}**: "
+             "prototypes, Iceberg with "
              "`IcebergTarget.check_staged` and pyiceberg's `_parquet_files_to_data_files` "
              "monkeypatched in the benchmark process (nothing in `airflow_tpc/` changed; "
              "see *The footer reads* below);",
@@ -314,6 +315,7 @@ def finding_lines(data: dict[str, Any]) -> list[str]:
                    f"{_s(_med(commit_times(c, base)))} (paired, same run)"
                    + (f"; goal ≤ {GOAL}x: {'met' if p <= GOAL else 'not met'}"
                       if c["files"] == GOAL_FILES else "") + ".")
+    out += [f"- {note}" for note in data.get("notes", [])]
     for c in data.get("cases", []):
         copies = [(v, _med(r["commit"] for r in runs)) for v, runs in c["runs"].items()
                   if v.startswith(BASE) and runs]
@@ -583,6 +585,7 @@ def merge(paths: list[Path]) -> dict[str, Any]:
         out["runs"] += [r for r in d.get("runs", []) if r not in out["runs"]]
         out["profile"] = d.get("profile") or out["profile"]
         out["cpu"] = d.get("cpu") or out.get("cpu", {})
+        out["notes"] = [*out.get("notes", []), *d.get("notes", [])]
     out["cases"].sort(key=lambda c: (c["files"], c["path"]))
     return out
 
