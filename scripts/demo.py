@@ -157,10 +157,15 @@ def main() -> int:
 
     sink = Sink(target, "tpc_daily_events")
     print("\n== ledger (every attempt of every epoch)")
-    for info in sink.describe():
-        print(f"  {info.txn_id:32} {str(info.state):10} published={str(info.published):5} "
-              f"superseded={str(info.superseded):5} files={info.files} bytes={info.bytes} "
-              f"staging_files_left={info.staging_files}")
+    infos = sink.describe()
+    readers_see = {i.epoch: i.attempt for i in infos
+                   if str(i.state) == "COMMITTED" and i.published and not i.superseded}
+    for info in infos:
+        seen = readers_see.get(info.epoch)
+        note = ("<- readers see this attempt" if seen == info.attempt
+                else f"(replaced by attempt {seen})" if info.superseded and seen else "")
+        print(f"  {info.txn_id:32} {str(info.state):10} files={info.files} bytes={info.bytes} "
+              f"staging_files_left={info.staging_files}  {note}".rstrip())
     rows = _rows_per_epoch(target)
     print("\n== committed (what readers see)")
     for epoch, files in sink.committed_files().items():
