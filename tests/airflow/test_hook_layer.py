@@ -168,7 +168,9 @@ def test_check_precommit_and_pointer_cost_one_listing_and_two_reads(tmp_path, ai
     sink = Sink(str(tmp_path / "t"), "cheap")
     txn = _epoch_with_history(sink, "2026-01-01")
     hook = TpcHook(sink.target, "cheap")
-    hook.get_sink()
+    # Opening the sink reads its claim once (sink.json says where staging lies): one
+    # read per sink, not per check, so it is not counted below.
+    assert hook.get_sink().layout.staging_root
     with count_storage_requests(LocalStorage) as waiting:
         assert hook.check_precommit(txn.to_dict()).status == "waiting"
     manifest = sink.precommit(txn)
