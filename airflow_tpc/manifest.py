@@ -92,6 +92,8 @@ class Manifest:
     digest: str = ""
     #: sha256 of the ``_tpc_fingerprints.json`` sealed beside it (local stores), or None.
     fingerprints: str | None = None
+    #: sha256 of the ``_tpc_table_stats.json`` a table target seals beside it, or None.
+    table_stats: str | None = None
 
     @property
     def txn_id(self) -> str:
@@ -124,6 +126,7 @@ class Manifest:
             "totals": {"files": self.total_files, "bytes": self.total_bytes,
                        "rows": self.total_rows},
             **({"fingerprints": self.fingerprints} if self.fingerprints else {}),
+            **({"table_stats": self.table_stats} if self.table_stats else {}),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -137,11 +140,13 @@ class Manifest:
 
     @classmethod
     def build(cls, *, namespace: str, target: str, epoch: str, attempt: int, staging: str,
-              files: Iterable[FileEntry], fingerprints: str | None = None) -> Manifest:
+              files: Iterable[FileEntry], fingerprints: str | None = None,
+              table_stats: str | None = None) -> Manifest:
         entries = tuple(sorted(files, key=lambda f: f.path))
-        m = cls(namespace, target, epoch, attempt, staging, entries, fingerprints=fingerprints)
+        m = cls(namespace, target, epoch, attempt, staging, entries, fingerprints=fingerprints,
+                table_stats=table_stats)
         return cls(namespace, target, epoch, attempt, staging, entries, m.created_at,
-                   digest_of(m.body()), fingerprints)
+                   digest_of(m.body()), fingerprints, table_stats)
 
     # -- parsing --------------------------------------------------------------
     @classmethod
@@ -196,8 +201,12 @@ class Manifest:
         if fingerprints is not None and not (isinstance(fingerprints, str)
                                              and fingerprints.startswith("sha256:")):
             raise ManifestError(f"{where} has an invalid fingerprints digest")
+        table_stats = doc.get("table_stats")
+        if table_stats is not None and not (isinstance(table_stats, str)
+                                            and table_stats.startswith("sha256:")):
+            raise ManifestError(f"{where} has an invalid table_stats digest")
         m = cls(namespace, target, epoch, attempt, staging, tuple(entries), float(created_at),
-                digest, fingerprints)
+                digest, fingerprints, table_stats)
         expected_totals = {"files": m.total_files, "bytes": m.total_bytes, "rows": m.total_rows}
         if totals != expected_totals:
             raise ManifestError(f"{where} totals {totals} do not match its files "

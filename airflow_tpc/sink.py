@@ -61,6 +61,7 @@ from .records import (
 )
 from .staging import (
     FINGERPRINTS_NAME,
+    TABLE_STATS_NAME,
     checksum_for,
     digest_bytes,
     fingerprints_doc,
@@ -411,9 +412,11 @@ class Sink:
         entries = [FileEntry(rel, info.size, checksum, rows.get(rel))
                    for (rel, info), checksum in zip(staged.items(), sums, strict=True)]
         prints = fingerprints_doc(staged)
+        stats = self._table_stats_doc(txn, staged)
         manifest = Manifest.build(namespace=txn.namespace, target=txn.target, epoch=txn.epoch,
                                   attempt=txn.attempt, staging=txn.staging_uri, files=entries,
-                                  fingerprints=digest_bytes(prints) if prints else None)
+                                  fingerprints=digest_bytes(prints) if prints else None,
+                                  table_stats=digest_bytes(stats) if stats else None)
         data = manifest.to_json_bytes()
         if len(data) > MAX_MANIFEST_BYTES:
             raise ManifestError(f"{txn.txn_id} staged {manifest.total_files} files: its "
@@ -422,11 +425,18 @@ class Sink:
                                 "(e.g. coalesce or repartition before writing)")
         if prints:
             self.storage.put(self.storage.join(staging, FINGERPRINTS_NAME), prints)
+        if stats:
+            self.storage.put(self.storage.join(staging, TABLE_STATS_NAME), stats)
         crashpoint("precommit.before_manifest")
         self.storage.put(self.storage.join(staging, MANIFEST_NAME), data)
         log.info("pre-committed %s: %d files, %d bytes, digest %s", txn.txn_id,
                  manifest.total_files, manifest.total_bytes, manifest.digest)
         return manifest
+
+    def _table_stats_doc(self, txn: Transaction, staged: dict[str, ObjectInfo]) -> bytes | None:
+        """A table target's per-file statistics, sealed beside the manifest (its sha256 in
+        the manifest) so the table commit need not read every footer again.  None here."""
+        return None
 
     def manifest_uri(self, txn: Transaction) -> str:
         return self.storage.uri(self.storage.join(self.layout.staging(txn.epoch, txn.attempt),

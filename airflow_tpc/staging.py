@@ -24,6 +24,8 @@ _R = TypeVar("_R")
 #: Sealed beside the manifest on stores without native checksums (its digest is in
 #: the manifest): each staged file's status at pre-commit, for cheap verification.
 FINGERPRINTS_NAME = "_tpc_fingerprints.json"
+#: A table target's per-file statistics, sealed by the manifest's ``table_stats`` digest.
+TABLE_STATS_NAME = "_tpc_table_stats.json"
 #: Threads that hash staged files.  hashlib and file reads release the GIL, so a
 #: few threads overlap I/O and hashing of the large files Spark writes.
 HASH_THREADS = 8

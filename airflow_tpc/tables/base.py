@@ -20,6 +20,7 @@ the verbs, the ledger and the fencing are the core's, unchanged.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -30,12 +31,13 @@ from ..faults import crashpoint
 from ..ledger import Layout, Ledger
 from ..records import DECISION
 from ..sink import Sink
-from ..staging import list_staged
+from ..staging import TABLE_STATS_NAME, digest_bytes, list_staged, on_threads
 from ..transaction import CommitResult, SinkConfig, Transaction
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..manifest import Manifest
     from ..promote import Strategy
+    from ..storage import ObjectInfo, Storage
 
 log = logging.getLogger("airflow_tpc")
 
@@ -49,6 +51,11 @@ PROP_ATTEMPT = "airflow-tpc.attempt"
 PROP_NAMESPACE = "airflow-tpc.namespace"
 #: Optimistic-concurrency retries when another writer commits to the table meanwhile.
 COMMIT_RETRIES = 10
+#: Footers read at once where they must be read (pre-commit, a fallback): each is one
+#: or two ranged GETs, so latency, not CPU, is what the threads overlap.
+FOOTER_THREADS = 16
+STATS_FORMAT = "airflow-tpc-table-stats"
+STATS_VERSION = 1
 
 
 class TableSchemaError(ManifestError):
@@ -87,6 +94,69 @@ def schema_error(fmt: str, uri: str, epoch: str, problems: list[str],
         "epoch.")
 
 
+def read_footers(open_file: Any, uris: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """Each file's Parquet footer (``{uri: FileMetaData}``), read once and in parallel
+    (``open_file(uri)`` gives a readable stream), and the problems of unreadable ones."""
+    import pyarrow.parquet as pq
+
+    def one(uri: str) -> tuple[str, Any, str | None]:
+        try:
+            with open_file(uri) as stream:
+                return uri, pq.read_metadata(stream), None
+        except Exception as exc:
+            return uri, None, f"{uri} is not a readable Parquet file ({type(exc).__name__})"
+
+    footers: dict[str, Any] = {}
+    problems: list[str] = []
+    for uri, md, problem in on_threads(one, uris, FOOTER_THREADS):
+        if problem is None:
+            footers[uri] = md
+        else:
+            problems.append(problem)
+    return footers, problems
+
+
+def stats_bytes(table_key: Any, files: dict[str, dict[str, Any]]) -> bytes:
+    """The ``_tpc_table_stats.json`` sidecar: what pre-commit learned from the footers
+    (per file: size, rows, format statistics) and the table state it checked them
+    against (``table_key``; null: no table yet)."""
+    return json.dumps({"format": STATS_FORMAT, "version": STATS_VERSION, "table": table_key,
+                       "files": files}, sort_keys=True, separators=(",", ":")).encode()
+
+
+def read_sealed_stats(storage: Storage, staging: str,
+                      manifest: Manifest) -> dict[str, Any] | None:
+    """The sidecar sealed with ``manifest``, if its sha256 is the one the manifest names
+    and it describes exactly the manifest's files and sizes; else None (the caller then
+    reads the footers: an unchecked sidecar is never used)."""
+    if not manifest.table_stats:
+        return None
+    try:
+        raw = storage.read_bytes(storage.join(staging, TABLE_STATS_NAME))
+    except StorageError as exc:
+        log.warning("cannot read the table statistics of %s (%s); reading the footers",
+                    manifest.txn_id, exc)
+        return None
+    if raw is None or digest_bytes(raw) != manifest.table_stats:
+        log.warning("the table statistics sealed with %s (%s) are missing or changed after "
+                    "pre-commit: not used, the footers are read instead", manifest.txn_id,
+                    TABLE_STATS_NAME)
+        return None
+    try:
+        doc = json.loads(raw)
+        files = doc["files"]
+        ok = doc.get("format") == STATS_FORMAT and doc.get("version") == STATS_VERSION \
+            and {p: e["size"] for p, e in files.items()} \
+            == {f.path: f.size for f in manifest.files}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        ok = False
+    if not ok:
+        log.warning("the table statistics of %s do not describe its sealed files: not used",
+                    manifest.txn_id)
+        return None
+    return doc  # type: ignore[no-any-return]
+
+
 class TableTarget(Protocol):
     """What a table format supplies to the shared skeleton."""
 
@@ -103,11 +173,22 @@ class TableTarget(Protocol):
         """The promotion strategy whose switch is one commit of the table."""
 
     def check_staged(self, uris: list[str], epoch: str, table: Any, *,
-                     decided: str | None = None) -> Any:
+                     decided: str | None = None,
+                     footers: tuple[dict[str, Any], list[str]] | None = None) -> Any:
         """Raise :class:`TableSchemaError` naming files and columns the table cannot take."""
 
     def referenced_files(self) -> set[str]:
         """Every data file (normalised URI) any retained table version references."""
+
+    def table_key(self, table: Any) -> Any:
+        """What the staged files were checked against (JSON): equal keys at pre-commit
+        and at commit mean the check holds still (None: no table)."""
+
+    def read_footers(self, uris: list[str]) -> tuple[dict[str, Any], list[str]]:
+        """Each staged file's footer, read once, in parallel (see :func:`read_footers`)."""
+
+    def file_stats(self, footers: dict[str, Any], table: Any) -> dict[str, dict[str, Any]]:
+        """Per staged URI, what the table commit needs of its footer (JSON)."""
 
     def highest_attempt(self, epoch: str, namespace: str) -> int:
         """The highest attempt of ``epoch`` the table's history holds (0: none)."""
@@ -197,24 +278,62 @@ class TableSink(Sink):
 
     def precommit(self, txn: Transaction, *, rows: dict[str, int] | None = None,
                   checksums: dict[str, str] | None = None) -> Manifest:
-        """Check the staged files fit the table before sealing them (the sensor's step)."""
+        """Check the staged files fit the table before sealing them (the sensor's step).
+
+        Each footer is read once, in parallel; what the table commit needs of them
+        (sizes, rows, the format's column statistics) and the table state they were
+        checked against are sealed beside the manifest (``_tpc_table_stats.json``,
+        its sha256 in the manifest), so the commit reads no footer again."""
         self._check_own(txn)
         staging = self.layout.check_staging(txn.epoch, txn.attempt)
-        staged = sorted(list_staged(self.storage, staging))
-        self.table_target.check_staged(self._staged_uris(txn, staged), txn.epoch,
-                                       self.table_target.load_table())
-        return super().precommit(txn, rows=rows, checksums=checksums)
+        staged = list_staged(self.storage, staging)
+        uris = self._staged_uris(txn, sorted(staged))
+        footers = self.table_target.read_footers(uris)
+        table = self.table_target.load_table()
+        self.table_target.check_staged(uris, txn.epoch, table, footers=footers)
+        per_uri = self.table_target.file_stats(footers[0], table)
+        files = {rel: {**per_uri.get(uri, {}), "size": staged[rel].size}
+                 for rel, uri in zip(sorted(staged), uris, strict=True)}
+        self._pending_stats = (txn.txn_id, {r: i.size for r, i in staged.items()},
+                               stats_bytes(self.table_target.table_key(table), files))
+        try:
+            return super().precommit(txn, rows=rows, checksums=checksums)
+        finally:
+            self._pending_stats = None
+
+    _pending_stats: tuple[str, dict[str, int], bytes] | None = None
+
+    def _table_stats_doc(self, txn: Transaction, staged: dict[str, ObjectInfo]) -> bytes | None:
+        """The sidecar computed above, if the files sealed are the ones it describes (a
+        file written meanwhile: no sidecar, and the commit reads the footers)."""
+        pending = self._pending_stats
+        if pending is None or pending[0] != txn.txn_id \
+                or pending[1] != {r: i.size for r, i in staged.items()}:
+            return None
+        return pending[2]
+
+    def sealed_stats(self, txn: Transaction, manifest: Manifest) -> dict[str, Any] | None:
+        """The checked sidecar of a sealed attempt (None: read the footers)."""
+        return read_sealed_stats(self.storage, self.layout.staging(txn.epoch, txn.attempt),
+                                 manifest)
 
     def commit(self, txn: Transaction, *, expected_digest: str | None = None,
                force: bool = False) -> CommitResult:
         """Check the sealed files against the table as it is now, before the decision:
-        the table may have changed since pre-commit.  A decided attempt is not checked
-        again here (its roll-forward checks before the table commit)."""
+        the table may have changed since pre-commit.  The check holds still, and is not
+        redone, when the table is as the sealed statistics say pre-commit checked it
+        (same schema, partitioning, location: :meth:`TableTarget.table_key`); the table
+        commit's own requirements then refuse a change after this point.  A decided
+        attempt is not checked again here (its roll-forward checks before the table
+        commit)."""
         self._check_own(txn)
         if self.ledger.read(txn.epoch, txn.attempt, DECISION) is None:
             manifest = self.read_manifest(txn)
             if manifest is not None:
-                self.table_target.check_staged(
-                    self._staged_uris(txn, [f.path for f in manifest.files]), txn.epoch,
-                    self.table_target.load_table())
+                table = self.table_target.load_table()
+                sealed = self.sealed_stats(txn, manifest)
+                if sealed is None or sealed["table"] != self.table_target.table_key(table):
+                    self.table_target.check_staged(
+                        self._staged_uris(txn, [f.path for f in manifest.files]), txn.epoch,
+                        table)
         return super().commit(txn, expected_digest=expected_digest, force=force)

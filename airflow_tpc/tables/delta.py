@@ -71,6 +71,8 @@ from .base import (
     TableSink,
     commit_properties,
     norm_uri,
+    read_footers,
+    read_sealed_stats,
     schema_error,
 )
 
@@ -378,25 +380,37 @@ class DeltaTarget:
         return quote(own[len(base):], safe="/=-_.~")
 
     # -- what the staged files must be ---------------------------------------------
-    def footers(self, uris: list[str]) -> tuple[dict[str, Any], list[str]]:
-        """Each staged file's Parquet footer (``{uri: FileMetaData}``) and the problems
-        of those that cannot be read."""
-        import pyarrow.parquet as pq
-
+    def read_footers(self, uris: list[str]) -> tuple[dict[str, Any], list[str]]:
+        """Each staged file's Parquet footer (``{uri: FileMetaData}``), read once and in
+        parallel, and the problems of those that cannot be read."""
+        if not uris:
+            return {}, []
         fs, _ = self.arrow_filesystem()
-        out: dict[str, Any] = {}
-        problems: list[str] = []
-        for uri in uris:
-            path = norm_uri(uri) if uri.startswith("file://") else uri[len("s3://"):]
-            try:
-                with fs.open_input_file(path) as stream:
-                    out[uri] = pq.read_metadata(stream)
-            except Exception as exc:
-                problems.append(f"{uri} is not a readable Parquet file ({type(exc).__name__})")
-        return out, problems
+
+        def open_file(uri: str) -> Any:
+            return fs.open_input_file(norm_uri(uri) if uri.startswith("file://")
+                                      else uri[len("s3://"):])
+        return read_footers(open_file, uris)
+
+    footers = read_footers
+
+    def table_key(self, table: DeltaTable | None) -> dict[str, Any] | None:
+        """What the check depends on: the table's id, schema and partition columns."""
+        if table is None:
+            return None
+        meta = self._call("read the metadata of", table.metadata)
+        return {"id": str(meta.id), "partition_columns": list(meta.partition_columns),
+                "schema": self._call("read the schema of", table.schema).to_json()}
+
+    def file_stats(self, footers: dict[str, Any], table: DeltaTable | None
+                   ) -> dict[str, dict[str, Any]]:
+        """Per file: its rows (the add action's ``numRecords``)."""
+        return {uri: {"rows": md.num_rows} for uri, md in footers.items()}
 
     def check_staged(self, uris: list[str], epoch: str, table: DeltaTable | None, *,
-                     decided: str | None = None) -> pa.Schema | None:
+                     decided: str | None = None,
+                     footers: tuple[dict[str, Any], list[str]] | None = None
+                     ) -> pa.Schema | None:
         """Refuse staged files the table cannot take, naming the files and columns.
 
         Every file: Parquet; if it holds an ``epoch`` column, a string whose every row
@@ -405,16 +419,21 @@ class DeltaTarget:
         Without one: every file has the same schema, one Delta can hold (the table is
         created from it).  Returns that schema (None if there are no files).
         """
-        footers, problems = self.footers(uris)
-        schemas = {uri: md.schema.to_arrow_schema().remove_metadata()
-                   for uri, md in footers.items()}
-        for uri, md in footers.items():
-            problems += _epoch_problems(uri, md, schemas[uri], epoch)
+        found, problems = footers if footers is not None else self.read_footers(uris)
+        problems = list(problems)
+        schemas = {uri: found[uri].schema.to_arrow_schema().remove_metadata()
+                   for uri in uris if uri in found}
+        for uri, schema in schemas.items():
+            problems += _epoch_problems(uri, found[uri], schema, epoch)
         if table is not None:
             problems += self._table_problems(table)
             want = self._table_schema(table)
+            # Each distinct schema is checked once (a commit of 10k files has one or two).
+            verdicts: dict[pa.Schema, list[str]] = {}
             for uri, schema in schemas.items():
-                problems += _schema_problems(uri, schema, want)
+                if schema not in verdicts:
+                    verdicts[schema] = _schema_problems(schema, want)
+                problems += [f"{uri}: {p}" for p in verdicts[schema]]
         else:
             first = next(iter(schemas.values()), None)
             if first is not None:
@@ -521,7 +540,7 @@ def _creatable_problems(schema: pa.Schema) -> list[str]:
     return []
 
 
-def _schema_problems(uri: str, schema: pa.Schema, want: Any) -> list[str]:
+def _schema_problems(schema: pa.Schema, want: Any) -> list[str]:
     """Name the columns of a staged file that do not fit the table's schema."""
     fields = {f.name: f for f in want.fields}
     have = set(schema.names)
@@ -547,7 +566,7 @@ def _schema_problems(uri: str, schema: pa.Schema, want: Any) -> list[str]:
         parts.append(f"required columns missing: {', '.join(missing)}")
     if mismatched:
         parts.append(f"columns of another type: {', '.join(mismatched)}")
-    return [f"{uri}: " + "; ".join(parts)] if parts else []
+    return ["; ".join(parts)] if parts else []
 
 
 class DeltaCommit(Strategy):
@@ -573,6 +592,8 @@ class DeltaCommit(Strategy):
         storage = layout.storage
         uris = [storage.uri(storage.join(staging, f.path)) for f in manifest.files]
         appid = app_id(manifest.namespace, manifest.epoch)
+        sealed = read_sealed_stats(storage, staging, manifest)
+        footers: tuple[dict[str, Any], list[str]] | None = None
         for _ in range(COMMIT_RETRIES):
             table = self.target.load_table()
             if table is not None:
@@ -589,13 +610,20 @@ class DeltaCommit(Strategy):
                              "recorded it): no second version", manifest.txn_id,
                              self.target.uri)
                     break
-            schema = self.target.check_staged(uris, manifest.epoch, table,
-                                              decided=manifest.txn_id)
-            if table is None and schema is None:
-                break  # nothing staged and no table: nothing to replace
+            # The table as pre-commit checked it (same id, schema, partitioning): the
+            # check holds, and a change from here on conflicts with our commit.  A new
+            # table is made from the files' schema: read (once, in parallel) then.
+            schema = None
+            if table is None or sealed is None \
+                    or sealed["table"] != self.target.table_key(table):
+                footers = footers or self.target.read_footers(uris)
+                schema = self.target.check_staged(uris, manifest.epoch, table,
+                                                  decided=manifest.txn_id, footers=footers)
+                if table is None and schema is None:
+                    break  # nothing staged and no table: nothing to replace
             crashpoint("delta.before_table_commit")
             try:
-                self._commit(table, manifest, uris, schema)
+                self._commit(table, manifest, uris, schema, sealed, footers)
             except (CommitFailedError, TableCreatedMeanwhile) as exc:
                 log.info("Delta commit of %s lost a race (%s); retrying on the new version",
                          manifest.txn_id, exc)
@@ -627,18 +655,34 @@ class DeltaCommit(Strategy):
         # The commitInfo was dropped with old log files; the txn alone says it is done.
 
     def _commit(self, table: DeltaTable | None, manifest: Manifest, uris: list[str],
-                schema: pa.Schema | None) -> None:
-        """One Delta commit: remove the epoch's files, add the staged ones (no copy)."""
+                schema: pa.Schema | None, sealed: dict[str, Any] | None = None,
+                footers: tuple[dict[str, Any], list[str]] | None = None) -> None:
+        """One Delta commit: remove the epoch's files, add the staged ones (no copy).
+
+        Each add's ``numRecords`` comes from the sealed statistics (checked by the
+        manifest's digest), else the footers already read, else one parallel read."""
         from deltalake import CommitProperties, Transaction
         from deltalake.transaction import AddAction
 
-        footers, _ = self.target.footers(uris)
+        rows: dict[str, int] = {}
+        if sealed is not None:
+            rows = {u: int(sealed["files"][f.path]["rows"])
+                    for u, f in zip(uris, manifest.files, strict=True)
+                    if "rows" in sealed["files"][f.path]}
+        missing = [u for u in uris if u not in rows]
+        if missing:
+            found, problems = footers if footers is not None else ({}, [])
+            if any(u not in found for u in missing):
+                found, problems = self.target.read_footers(missing)
+            if problems:
+                raise StorageError("; ".join(problems[:5]))
+            rows.update({u: found[u].num_rows for u in missing})
         now = int(time.time() * 1000)
         sizes = {u: f.size for u, f in zip(uris, manifest.files, strict=True)}
         # A file without rows (Spark writes one for an empty task) adds nothing.
         adds = [AddAction(self.target.relative(u), sizes[u], {EPOCH_COLUMN: manifest.epoch},
-                          now, True, json.dumps({"numRecords": footers[u].num_rows}))
-                for u in uris if footers[u].num_rows > 0]
+                          now, True, json.dumps({"numRecords": rows[u]}))
+                for u in uris if rows[u] > 0]
         props = CommitProperties(
             custom_metadata=commit_properties(manifest), max_commit_retries=0,
             app_transactions=[Transaction(app_id(manifest.namespace, manifest.epoch),

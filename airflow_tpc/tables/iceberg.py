@@ -69,6 +69,8 @@ from .base import (
     TableSink,
     commit_properties,
     norm_uri,
+    read_footers,
+    read_sealed_stats,
     schema_error,
 )
 
@@ -268,8 +270,40 @@ class IcebergTarget:
         return None
 
     # -- what the staged files must be ---------------------------------------------
+    def read_footers(self, uris: list[str]) -> tuple[dict[str, Any], list[str]]:
+        """Each file's footer, once, in parallel, through the table's FileIO."""
+        if not uris:
+            return {}, []
+        io = self.file_io()
+        return read_footers(lambda uri: io.new_input(uri).open(), uris)
+
+    def table_key(self, table: Table | None) -> dict[str, Any] | None:
+        """What a check and the column statistics depend on: the table's identity,
+        location, current schema and default spec (ids), format version and metrics
+        properties.  Equal keys: the pre-commit check and statistics still hold."""
+        if table is None:
+            return None
+        meta = table.metadata
+        return {"uuid": str(meta.table_uuid), "location": _norm(table.location().rstrip("/")),
+                "schema_id": meta.current_schema_id, "spec_id": meta.default_spec_id,
+                "format_version": meta.format_version,
+                "metrics": {k: v for k, v in sorted(meta.properties.items())
+                            if k.startswith("write.metadata.metrics")}}
+
+    def file_stats(self, footers: dict[str, Any], table: Table | None
+                   ) -> dict[str, dict[str, Any]]:
+        """Per file: rows and, with a table, the Iceberg DataFile statistics its footer
+        gives against the table's schema and spec (JSON: ids as strings, bounds hex)."""
+        if table is None:
+            return {uri: {"rows": md.num_rows} for uri, md in footers.items()}
+        return {uri: {"rows": md.num_rows, "iceberg": stats}
+                for uri, md in footers.items()
+                for stats in [_iceberg_stats(md, table.metadata)]}
+
     def check_staged(self, uris: list[str], epoch: str, table: Table | None, *,
-                     decided: str | None = None) -> pa.Schema | None:
+                     decided: str | None = None,
+                     footers: tuple[dict[str, Any], list[str]] | None = None
+                     ) -> pa.Schema | None:
         """Refuse staged files the table cannot take, naming the files and columns.
 
         Every file: Parquet, a string ``epoch`` column whose statistics say every row
@@ -280,26 +314,26 @@ class IcebergTarget:
         created from it).  Returns that schema (None if there are no files).
         ``decided``: the transaction id when this is a roll-forward of a decided
         commit (the error then says what is kept), else a check before the decision.
+        ``footers``: the files' footers already read (:meth:`read_footers`).
         """
-        import pyarrow.parquet as pq
-
-        io = table.io if table is not None else self.file_io()
-        problems: list[str] = []
+        found, problems = footers if footers is not None else self.read_footers(uris)
+        problems = list(problems)
         schemas: dict[str, pa.Schema] = {}
         for uri in uris:
-            try:
-                with io.new_input(uri).open() as stream:
-                    md = pq.read_metadata(stream)
-            except Exception as exc:
-                problems.append(f"{uri} is not a readable Parquet file ({exc})")
+            md = found.get(uri)
+            if md is None:
                 continue
             schema = md.schema.to_arrow_schema().remove_metadata()
             schemas[uri] = schema
             problems += _epoch_problems(uri, md, schema, epoch)
         if table is not None:
             problems += self._table_problems(table)
+            # Each distinct schema is checked once (a commit of 10k files has one or two).
+            verdicts: dict[pa.Schema, list[str]] = {}
             for uri, schema in schemas.items():
-                problems += _schema_problems(uri, schema, table)
+                if schema not in verdicts:
+                    verdicts[schema] = _schema_problems(schema, table)
+                problems += [f"{uri}: {p}" for p in verdicts[schema]]
         else:
             first = next(iter(schemas.values()), None)
             if first is not None:
@@ -353,6 +387,56 @@ def _epoch_problems(uri: str, md: Any, schema: pa.Schema, epoch: str) -> list[st
     return []
 
 
+def _iceberg_stats(md: Any, meta: Any, plan: Any = None) -> dict[str, Any] | None:
+    """A footer's DataFile statistics and partition (as pyiceberg's ``add_files`` infers
+    them), JSON-ready; None if they do not serialise (the commit then reads it)."""
+    from pyiceberg.io.pyarrow import (
+        compute_statistics_plan,
+        data_file_statistics_from_parquet_metadata,
+        parquet_path_to_id_mapping,
+    )
+
+    schema = meta.schema()
+    try:
+        stats = data_file_statistics_from_parquet_metadata(
+            parquet_metadata=md,
+            stats_columns=compute_statistics_plan(schema, meta.properties),
+            parquet_column_mapping=parquet_path_to_id_mapping(schema))
+        partition = list(stats.partition(meta.spec(), schema)) if md.num_rows else None
+    except Exception:  # a file the check refuses anyway, or a value not to infer
+        return None
+    if partition is not None and not all(v is None or isinstance(v, (str, int))
+                                         for v in partition):
+        return None
+    out = stats.to_serialized_dict()
+    return {"partition": partition,
+            **{k: ({str(i): (v.hex() if isinstance(v, bytes) else v) for i, v in d.items()}
+                   if isinstance(d, dict) else d) for k, d in out.items()}}
+
+
+def _data_file(uri: str, size: int, stats: dict[str, Any], spec_id: int) -> DataFile:
+    """A DataFile from sealed statistics (what ``add_files`` would build from the footer)."""
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.typedef import Record
+
+    def ints(d: dict[str, int]) -> dict[int, int]:
+        return {int(k): int(v) for k, v in d.items()}
+
+    def raw(d: dict[str, str]) -> dict[int, bytes]:
+        return {int(k): bytes.fromhex(v) for k, v in d.items()}
+
+    return DataFile.from_args(
+        content=DataFileContent.DATA, file_path=uri, file_format=FileFormat.PARQUET,
+        partition=Record(*(stats["partition"] or [])), file_size_in_bytes=size,
+        sort_order_id=None, spec_id=spec_id, equality_ids=None, key_metadata=None,
+        record_count=int(stats["record_count"]), column_sizes=ints(stats["column_sizes"]),
+        value_counts=ints(stats["value_counts"]),
+        null_value_counts=ints(stats["null_value_counts"]),
+        nan_value_counts=ints(stats["nan_value_counts"]),
+        lower_bounds=raw(stats["lower_bounds"]), upper_bounds=raw(stats["upper_bounds"]),
+        split_offsets=stats["split_offsets"])
+
+
 def _creatable_problems(schema: pa.Schema) -> list[str]:
     """A new table is made from the staged schema: refuse one Iceberg has no type for
     (e.g. ``timestamp[ns]`` from Spark's default INT96 timestamps: write
@@ -367,7 +451,7 @@ def _creatable_problems(schema: pa.Schema) -> list[str]:
     return []
 
 
-def _schema_problems(uri: str, schema: pa.Schema, table: Table) -> list[str]:
+def _schema_problems(schema: pa.Schema, table: Table) -> list[str]:
     """Name the columns of a staged file that do not fit the table's schema."""
     from pyiceberg.io.pyarrow import (
         _check_pyarrow_schema_compatible,
@@ -409,7 +493,7 @@ def _schema_problems(uri: str, schema: pa.Schema, table: Table) -> list[str]:
         parts.append(f"columns of another type: {', '.join(mismatched)}")
     if not parts:
         parts.append(detail)
-    return [f"{uri}: " + "; ".join(parts)]
+    return ["; ".join(parts)]
 
 
 def pa_schema_of(schema: pa.Schema, name: str) -> pa.Schema:
@@ -500,11 +584,14 @@ class IcebergSnapshot(Strategy):
 
         storage = layout.storage
         uris = [storage.uri(storage.join(staging, f.path)) for f in manifest.files]
+        sealed = read_sealed_stats(storage, staging, manifest)
+        footers: tuple[dict[str, Any], list[str]] | None = None
         for _ in range(COMMIT_RETRIES):
             table = self.target.load_table()
             if table is None:
+                footers = footers or self.target.read_footers(uris)
                 schema = self.target.check_staged(uris, manifest.epoch, None,
-                                                  decided=manifest.txn_id)
+                                                  decided=manifest.txn_id, footers=footers)
                 if schema is None:
                     break  # nothing staged and no table: nothing to replace
                 table = self.target.create_table(schema)
@@ -527,10 +614,18 @@ class IcebergSnapshot(Strategy):
                     f"Iceberg table {self.target.uri} holds attempt {manifest.attempt} of "
                     f"epoch {manifest.epoch} with another manifest than {manifest.digest}; the "
                     "attempt number was reused after the ledger was lost. Nothing was changed.")
-            self.target.check_staged(uris, manifest.epoch, table, decided=manifest.txn_id)
+            # The table as pre-commit checked it (same schema, spec, location): the check
+            # and the sealed statistics hold, and the transaction's requirements refuse a
+            # change from here on.  Otherwise check again, from footers read once.
+            usable = sealed is not None and sealed["table"] == self.target.table_key(table)
+            if not usable:
+                footers = footers or self.target.read_footers(uris)
+                self.target.check_staged(uris, manifest.epoch, table, decided=manifest.txn_id,
+                                         footers=footers)
             crashpoint("iceberg.before_table_commit")
             try:
-                self._commit(table, manifest, uris)
+                self._commit(table, manifest, uris, sealed if usable else None,
+                             None if usable else footers)
             except CommitFailedException as exc:
                 log.info("Iceberg commit of %s lost a race (%s); retrying on the new snapshot",
                          manifest.txn_id, exc)
@@ -545,9 +640,14 @@ class IcebergSnapshot(Strategy):
         crashpoint("promote.before_marker")
         return _swap_marker(layout, manifest, self.name, paths, version)
 
-    def _commit(self, table: Table, manifest: Manifest, uris: list[str]) -> None:
-        """One transaction, one snapshot: remove the epoch's files, add the staged ones."""
-        from pyiceberg.table import TableProperties, _parquet_files_to_data_files
+    def _commit(self, table: Table, manifest: Manifest, uris: list[str],
+                sealed: dict[str, Any] | None,
+                footers: tuple[dict[str, Any], list[str]] | None) -> None:
+        """One transaction, one snapshot: remove the epoch's files, add the staged ones.
+
+        The DataFiles come from the sealed statistics (no footer read), else from the
+        footers the caller read (once, in parallel) — never from a per-file read."""
+        from pyiceberg.table import TableProperties
         from pyiceberg.table.update import AssertCurrentSchemaId, AssertDefaultSpecId
 
         # pyiceberg would retry a commit that lost a race by re-applying the same
@@ -558,6 +658,27 @@ class IcebergSnapshot(Strategy):
         meta = table.metadata
         table.metadata = meta.model_copy(update={"properties": {
             **meta.properties, TableProperties.COMMIT_NUM_RETRIES: "0"}})
+        sizes = {u: f.size for u, f in zip(uris, manifest.files, strict=True)}
+
+        def data_files(tmeta: Any) -> list[DataFile]:
+            found = footers[0] if footers is not None else {}
+            by_uri: dict[str, dict[str, Any] | None] = {}
+            for uri, f in zip(uris, manifest.files, strict=True):
+                entry = sealed["files"][f.path] if sealed is not None else None
+                by_uri[uri] = entry.get("iceberg") if entry is not None else None
+            missing = [u for u, st in by_uri.items() if st is None and u not in found]
+            if missing:  # a statistic that did not serialise, or no sidecar
+                more, problems = self.target.read_footers(missing)
+                if problems:
+                    raise StorageError("; ".join(problems[:5]))
+                found = {**found, **more}
+            for uri, st in list(by_uri.items()):
+                if st is None:
+                    by_uri[uri] = _iceberg_stats(found[uri], tmeta)
+                    if by_uri[uri] is None:
+                        raise StorageError(f"cannot read the statistics of {uri}")
+            return [_data_file(uri, sizes[uri], st, tmeta.default_spec_id)
+                    for uri, st in by_uri.items() if st and st["record_count"] > 0]
 
         def run() -> None:
             with table.transaction() as tx:
@@ -572,9 +693,7 @@ class IcebergSnapshot(Strategy):
                                          meta.schema().name_mapping.model_dump_json()})
                 # A file without rows (Spark writes one for an empty task) has no
                 # statistics to infer its partition from, and adds nothing: not added.
-                new = [d for d in _parquet_files_to_data_files(tx.table_metadata, uris,
-                                                               table.io)
-                       if d.record_count > 0]
+                new = data_files(tx.table_metadata)
                 old = _epoch_files(table, manifest.epoch)
                 with tx.update_snapshot(
                         snapshot_properties=summary_properties(manifest)).overwrite() as ow:
