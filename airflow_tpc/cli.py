@@ -7,6 +7,14 @@
     airflow-tpc gc      TARGET
     airflow-tpc --version
 
+TARGET is a folder (``/abs/path``, ``file:///...``, ``s3://bucket/prefix``) or a table
+(``iceberg://<catalog>/<namespace>.<table>``, and the other schemes of
+:mod:`airflow_tpc.tables`).  A table's catalog is given as pyiceberg names its
+properties: ``--catalog-property KEY=VALUE`` (repeatable) and/or ``--catalog-config
+FILE`` (JSON or YAML: the properties, or a ``.pyiceberg.yaml`` with a ``catalog:``
+section); with neither, pyiceberg's own configuration is read.  Property values are
+never printed.
+
 S3 endpoints and credentials come from the environment (``AWS_ENDPOINT_URL``,
 ``AWS_ACCESS_KEY_ID``, ...) or ``--endpoint-url``; they are never printed.  An
 unreachable endpoint fails within seconds (``--connect-timeout``, ``--max-attempts``)
@@ -52,10 +60,89 @@ def _storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
     return options
 
 
+def catalog_properties(args: argparse.Namespace) -> dict[str, str] | None:
+    """A table target's catalog properties from ``--catalog-config`` and
+    ``--catalog-property`` (the latter win); None when neither is given."""
+    props: dict[str, str] = {}
+    if getattr(args, "catalog_config", None):
+        props.update(_read_catalog_config(args.catalog_config, args.target))
+    for item in getattr(args, "catalog_property", None) or []:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise TpcError(f"--catalog-property takes KEY=VALUE, not {key.strip()!r}")
+        props[key.strip()] = value
+    return props or None
+
+
+def _read_catalog_config(path: str, target: str) -> dict[str, str]:
+    """Properties from a JSON or YAML file: a flat mapping, or pyiceberg's own
+    ``.pyiceberg.yaml`` shape (``catalog: {<name>: {...}}``, the target's catalog taken)."""
+    from urllib.parse import urlsplit
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise TpcError(f"cannot read --catalog-config {path}: {exc.strerror}") from None
+    try:
+        if path.endswith((".yaml", ".yml")):
+            import yaml
+
+            doc = yaml.safe_load(text)
+        else:
+            doc = json.loads(text)
+    except Exception as exc:
+        raise TpcError(f"--catalog-config {path} is not valid "
+                       f"{'YAML' if path.endswith(('.yaml', '.yml')) else 'JSON'}: "
+                       f"{type(exc).__name__}") from None
+    if isinstance(doc, dict) and isinstance(doc.get("catalog"), dict):
+        name = urlsplit(target).netloc
+        doc = doc["catalog"].get(name)
+        if doc is None:
+            raise TpcError(f"--catalog-config {path} has no catalog {name!r} under 'catalog:'")
+    if not isinstance(doc, dict) or any(isinstance(v, (dict, list)) for v in doc.values()):
+        raise TpcError(f"--catalog-config {path} must hold a mapping of catalog properties "
+                       "(strings)")
+    return {str(k): str(v).lower() if isinstance(v, bool) else str(v)
+            for k, v in doc.items() if v is not None}
+
+
+def _is_table(target: str) -> bool:
+    from .tables import TABLE_SCHEMES
+
+    return target.startswith(TABLE_SCHEMES)
+
+
 def open_sink(target: str, namespace: str | None, storage_options: dict[str, Any] | None,
-              **config: Any) -> Sink:
-    """A Sink for an existing target; the namespace defaults to the target's claim."""
+              catalog: dict[str, str] | None = None, **config: Any) -> Sink:
+    """A Sink for an existing target; the namespace defaults to the target's claim.
+
+    A table target goes through :func:`airflow_tpc.tables.open_sink` (its catalog is
+    opened: a missing table library or an unreachable catalog is one ``TpcError``)."""
     sink_config = SinkConfig(**config)
+    if _is_table(target):
+        from .tables import open_sink as open_any
+
+        try:
+            probe = open_any(target, "_inspect", storage_options=storage_options,
+                             catalog_properties=catalog)
+        except ImportError as exc:  # the table library is an optional extra
+            raise TpcError(f"{target} is a table target, and its library is not installed "
+                           f"({exc.name or exc}): pip install 'airflow-tpc[tables]'") from None
+        owner = probe.claimed_namespace()
+        if owner is None:
+            raise TpcError(f"{target} has no airflow-tpc ledger (no _tpc/sink.json at "
+                           f"{probe.target})")
+        if namespace is not None and namespace != owner \
+                and not sink_config.allow_foreign_namespace:
+            raise TpcError(f"{target} belongs to namespace {owner!r}, not {namespace!r}: "
+                           "omit --namespace to use the target's own (abort, recover and gc "
+                           "take --allow-foreign-namespace to act as another namespace)")
+        return open_any(target, namespace or owner, storage_options=storage_options,
+                        catalog_properties=catalog, config=sink_config)
+    if catalog:
+        raise TpcError(f"--catalog-property/--catalog-config given for {target}, which is a "
+                       "folder, not a table")
     storage = open_storage(target, storage_options, copy_workers=sink_config.copy_workers)[0]
     probe = Sink(target, "_inspect", storage=storage)
     owner = probe.claimed_namespace()
@@ -265,7 +352,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (fn, help_text, description) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=description)
         p.set_defaults(fn=fn)
-        p.add_argument("target", help="target URI: /abs/path, file:///..., s3://bucket/prefix")
+        p.add_argument("target", help="target URI: /abs/path, file:///..., s3://bucket/prefix, "
+                                      "or a table: iceberg://<catalog>/<namespace>.<table>")
         p.add_argument("--namespace", help="sink namespace (default: the one that claimed the "
                                            "target)")
         p.add_argument("--json", action="store_true", help="print JSON on stdout")
@@ -283,6 +371,14 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar="N",
                         help=f"attempts per S3 request, first one included (default "
                              f"{MAX_ATTEMPTS})")
+        cat = p.add_argument_group("table targets (pyiceberg catalog properties; values are "
+                                   "never printed)")
+        cat.add_argument("--catalog-property", action="append", metavar="KEY=VALUE",
+                         help="one catalog property as pyiceberg names it (repeatable), e.g. "
+                              "uri=sqlite:////data/cat.db, warehouse=file:///data/wh")
+        cat.add_argument("--catalog-config", metavar="FILE",
+                         help="catalog properties from a JSON or YAML file (a mapping, or a "
+                              ".pyiceberg.yaml with a 'catalog:' section)")
         if name in ("abort", "recover", "gc"):
             p.add_argument("--allow-foreign-namespace", action="store_true",
                            help="act on a target claimed by another namespace than --namespace")
@@ -312,7 +408,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = {"allow_foreign_namespace": True} \
             if getattr(args, "allow_foreign_namespace", False) else {}
-        sink = open_sink(args.target, args.namespace, options, **config)
+        sink = open_sink(args.target, args.namespace, options, catalog_properties(args),
+                         **config)
         out = args.fn(sink, args)
     except Exception as exc:
         message = _unreachable_message(exc, args, options)

@@ -40,6 +40,25 @@ def get_provider_info() -> dict[str, Any]:
             "integration-name": "airflow-tpc",
             "python-modules": ["airflow_tpc.airflow.hooks"],
         }],
+        # The catalog connection of table targets, declared here (Airflow 3.2+ reads the
+        # form from provider info; no hook method, no wtforms import).
+        "connection-types": [{
+            "hook-class-name": "airflow_tpc.airflow.hooks.IcebergCatalogHook",
+            "hook-name": "Iceberg catalog (airflow-tpc)",
+            "connection-type": "iceberg_catalog",
+            "ui-field-behaviour": {
+                "hidden-fields": [],
+                "relabeling": {"host": "Catalog URI", "schema": "Warehouse",
+                               "login": "Client id (REST) / access key id (Glue)",
+                               "password": "Client secret or token (REST) / secret key (Glue)",
+                               "extra": "pyiceberg catalog properties (JSON)"},
+                "placeholders": {
+                    "host": "https://catalog.example.com/api/catalog or sqlite:////data/cat.db",
+                    "schema": "s3://lake/warehouse or file:///data/warehouse",
+                    "extra": '{"type": "rest", "s3.endpoint": "https://s3.eu-west-1.amazonaws.com"}',
+                },
+            },
+        }],
         "extra-links": [
             "airflow_tpc.airflow.links.ManifestLink",
             "airflow_tpc.airflow.links.TransactionLink",

@@ -8,7 +8,8 @@ counting requests), and through a second proxy that adds nothing:
 * **iceberg**: an Iceberg target (``airflow_tpc.tables.open_sink('iceberg://...')``,
   pyiceberg SQL catalog on SQLite, warehouse on the same S3): the decision, then one
   Iceberg snapshot that adds the staged files where they are;
-* **delta**: a Delta target, when ``airflow_tpc.tables`` has one (else "not measured");
+* **delta**: a Delta target (``delta+s3://bucket/prefix``, delta-rs), when
+  ``airflow_tpc.tables`` has one (else "not measured");
 * **copy**: a folder target with copy promotion (``SinkConfig()``: 16 parallel
   server-side copies), the baseline of every ratio;
 * **manifest**: a folder target with ``promotion="manifest"`` (copies nothing).
@@ -20,13 +21,16 @@ exists, the pending index exists). Requests per precommit and per commit are the
 proxy's counts per S3 operation. Where the time goes is measured by wrapping (not
 changing) the functions a commit goes through, and by a cProfile of one commit.
 
-``--prototype`` adds two Iceberg variants that change how the committer gets the
-files' statistics, by monkeypatching *in this process only* (nothing in
-``airflow_tpc/`` is edited): **iceberg, footers in parallel once** (every footer read
-at most once per phase, 16 at a time, and the table commit reuses the footers the
-commit's own check read) and **iceberg, stats from pre-commit** (the footers read at
-pre-commit feed the table commit: zero footer reads at commit, as if the job wrote
-each file's statistics into the sealed manifest). ::
+``--prototype`` (on by default) adds three Iceberg variants that change how the
+committer gets the files' statistics, by monkeypatching *in this process only*
+(nothing in ``airflow_tpc/`` is edited): **iceberg, footers in parallel once** (each
+check reads the footers 16 at a time, and the table commit reuses the footers the
+switch's check read), **iceberg, stats from pre-commit** (the footers read at
+pre-commit feed the commit: zero footer reads at commit, as if the job wrote each
+file's statistics into the sealed manifest) and **iceberg, stats from pre-commit,
+schema checked once** (the same, with the per-file schema checks run once per
+distinct schema). It also times, without S3, the committer's per-file CPU steps once
+it holds the footers (``--cpu-files``). ::
 
     .venv/bin/python bench/bench_tables.py [--quick] [--sizes 1000 10000] [--reps 3]
         [--paths latency none] [--prototype] [--output docs/benchmarks.md]
@@ -67,6 +71,8 @@ NAMESPACE = "bench"
 DISTINCT = 16
 PROTO_PARALLEL = "iceberg, footers in parallel once"
 PROTO_PRECOMMIT = "iceberg, stats from pre-commit"
+PROTO_DEDUPE = "iceberg, stats from pre-commit, schema checked once"
+PROTOTYPES = (PROTO_PARALLEL, PROTO_PRECOMMIT, PROTO_DEDUPE)
 #: The proxies: "latency" adds --latency-ms to every request, "none" adds nothing.
 PATHS = ("latency", "none")
 
@@ -125,7 +131,7 @@ def make_sink(variant: str, bucket: str, endpoint: str, workdir: str) -> Any:
     from airflow_tpc.tables import open_sink
 
     if variant == "delta":
-        return open_sink(f"delta://s3://{bucket}/delta/events", NAMESPACE,
+        return open_sink(f"delta+s3://{bucket}/delta/events", NAMESPACE,
                          storage_options=options)
     cat = tempfile.mkdtemp(prefix="catalog-", dir=workdir)
     props = {"type": "sql", "uri": f"sqlite:///{cat}/catalog.db",
@@ -185,6 +191,15 @@ class PhaseTimer:
                 (ice, "epoch_commits", "iceberg: epoch_commits (snapshot history)"),
                 (ice, "_swap_marker", "published marker"),
             ]
+        with contextlib.suppress(ImportError):
+            import airflow_tpc.tables.delta as dl
+            targets += [
+                (dl.DeltaTarget, "check_staged", "delta: check_staged (footer reads)"),
+                (dl.DeltaTarget, "footers", "delta: footers (sequential reads)"),
+                (dl.DeltaTarget, "load_table", "delta: load_table (log)"),
+                (dl.DeltaCommit, "_commit", "delta: table commit (_commit)"),
+                (dl, "_swap_marker", "published marker"),
+            ]
         saved = []
         try:
             for owner, attr, name in targets:
@@ -236,6 +251,9 @@ def prototype(mode: str) -> Iterator[None]:
     PROTO_PRECOMMIT: the footers read at pre-commit are kept (standing in for the
     per-file statistics a job would write where it writes the files, sealed in the
     manifest); at commit, the check and the DataFiles use them with no footer read.
+    PROTO_DEDUPE: as PROTO_PRECOMMIT, and the schema checks (airflow-tpc's
+    ``_schema_problems`` and pyiceberg's ``_check_pyarrow_schema_compatible``, ~8 ms of
+    CPU a file each here) run once per distinct file schema instead of once per file.
     """
     import pyiceberg.table as pt
     from pyiceberg.io.pyarrow import (
@@ -252,13 +270,24 @@ def prototype(mode: str) -> Iterator[None]:
     orig_check = ice.IcebergTarget.check_staged
     orig_files = pt._parquet_files_to_data_files
     in_commit = {"on": False}
+    from_precommit = mode in (PROTO_PRECOMMIT, PROTO_DEDUPE)
+    once = mode == PROTO_DEDUPE
+
+    def distinct(schemas: dict[str, Any]) -> dict[str, Any]:
+        """uri -> schema, one uri per distinct schema (all of them unless ``once``)."""
+        if not once:
+            return schemas
+        seen: dict[bytes, str] = {}
+        for uri, schema in schemas.items():
+            seen.setdefault(schema.serialize().to_pybytes(), uri)
+        return {u: schemas[u] for u in seen.values()}
 
     def check_staged(self: Any, uris: list[str], epoch: str, table: Any, *,
                      decided: str | None = None) -> Any:
         if mode == PROTO_PARALLEL:
             cache.md.clear()
             cache.size.clear()
-        if not (mode == PROTO_PRECOMMIT and in_commit["on"]):
+        if not (from_precommit and in_commit["on"]):
             cache.fill(table.io if table is not None else self.file_io(), uris)
         problems: list[str] = []
         schemas = {u: cache.md[u].schema.to_arrow_schema().remove_metadata() for u in uris}
@@ -266,7 +295,7 @@ def prototype(mode: str) -> Iterator[None]:
             problems += ice._epoch_problems(uri, cache.md[uri], schema, epoch)
         if table is not None:
             problems += self._table_problems(table)
-            for uri, schema in schemas.items():
+            for uri, schema in distinct(schemas).items():
                 problems += ice._schema_problems(uri, schema, table)
         if problems:
             raise ice.TableSchemaError("; ".join(problems[:20]))
@@ -281,10 +310,13 @@ def prototype(mode: str) -> Iterator[None]:
         plan = compute_statistics_plan(schema, table_metadata.properties)
         mapping = parquet_path_to_id_mapping(schema)
         out = []
+        checked = set(distinct({p: cache.md[p].schema.to_arrow_schema()
+                                for p in file_paths}))
         for path in file_paths:
             md = cache.md[path]
-            _check_pyarrow_schema_compatible(schema, md.schema.to_arrow_schema(),
-                                             format_version=table_metadata.format_version)
+            if path in checked:
+                _check_pyarrow_schema_compatible(schema, md.schema.to_arrow_schema(),
+                                                 format_version=table_metadata.format_version)
             stats = data_file_statistics_from_parquet_metadata(
                 parquet_metadata=md, stats_columns=plan, parquet_column_mapping=mapping)
             out.append(DataFile.from_args(
@@ -304,6 +336,67 @@ def prototype(mode: str) -> Iterator[None]:
         pt._parquet_files_to_data_files = orig_files
 
 
+# ------------------------------------------------- committer CPU once footers are read
+def bench_cpu(n: int, workdir: str) -> list[list[Any]]:
+    """What the committer's Python spends per file once it holds the footers (local
+    table, no S3): each step the Iceberg commit runs per staged file, timed over n
+    parsed footers (the DISTINCT bodies, repeated).  [step, seconds, files]."""
+    import pyarrow.parquet as pq
+    from pyiceberg.io.pyarrow import (
+        _check_pyarrow_schema_compatible,
+        compute_statistics_plan,
+        data_file_statistics_from_parquet_metadata,
+        parquet_path_to_id_mapping,
+    )
+
+    import airflow_tpc.tables.iceberg as ice
+    from airflow_tpc.tables import open_sink
+
+    cat = tempfile.mkdtemp(prefix="cpu-", dir=workdir)
+    sink = open_sink("iceberg://cpu/analytics.events", NAMESPACE, catalog_properties={
+        "type": "sql", "uri": f"sqlite:///{cat}/catalog.db", "warehouse": f"file://{cat}/w"})
+    bodies = parquet_bodies(EPOCH)
+    txn = sink.begin(EPOCH)
+    staging = txn.staging_uri.removeprefix("file://")
+    os.makedirs(staging, exist_ok=True)
+    Path(staging, "part-0.parquet").write_bytes(bodies[0])
+    sink.commit(txn, expected_digest=sink.precommit(txn).digest)
+    table = sink.table_target.load_table()
+    meta = table.metadata
+    schema = meta.schema()
+    plan = compute_statistics_plan(schema, meta.properties)
+    mapping = parquet_path_to_id_mapping(schema)
+    mds = [pq.read_metadata(io.BytesIO(bodies[i % DISTINCT])) for i in range(n)]
+    out: list[list[Any]] = []
+
+    def step(name: str, fn: Callable[[], Any]) -> Any:
+        t, res = core.timed(fn)
+        out.append([name, round(t, 4), n])
+        return res
+
+    schemas = step("footer → Arrow schema (`to_arrow_schema`)", lambda: [
+        m.schema.to_arrow_schema().remove_metadata() for m in mds])
+    step("`_epoch_problems` (epoch column statistics)", lambda: [
+        ice._epoch_problems("u", m, sc, EPOCH) for m, sc in zip(mds, schemas, strict=True)])
+    step("`_schema_problems` (airflow-tpc's schema check), per file", lambda: [
+        ice._schema_problems("u", sc, table) for sc in schemas])
+    step("`_schema_problems` once per distinct schema (dedupe by serialized schema)",
+         lambda: [ice._schema_problems("u", sc, table) for sc in
+                  {sc.serialize().to_pybytes(): sc for sc in schemas}.values()])
+    step("pyiceberg `_check_pyarrow_schema_compatible`, per file", lambda: [
+        _check_pyarrow_schema_compatible(schema, m.schema.to_arrow_schema(),
+                                         format_version=meta.format_version) for m in mds])
+    stats = step("pyiceberg `data_file_statistics_from_parquet_metadata`", lambda: [
+        data_file_statistics_from_parquet_metadata(
+            parquet_metadata=m, stats_columns=plan, parquet_column_mapping=mapping)
+        for m in mds])
+    step("`DataFileStatistics.to_serialized_dict`", lambda: [
+        st.to_serialized_dict() for st in stats])
+    step("`DataFileStatistics.partition`", lambda: [
+        st.partition(meta.spec(), schema) for st in stats])
+    return out
+
+
 # ------------------------------------------------------------------ one run
 def run_variant(variant: str, n: int, path: str, rep: int, moto: str, proxies: dict[str, Any],
                 client: Any, bodies: dict[str, list[bytes]], workdir: str,
@@ -320,7 +413,7 @@ def run_variant(variant: str, n: int, path: str, rep: int, moto: str, proxies: d
     sink.commit(warm, expected_digest=sink.precommit(warm).digest)
     txn = sink.begin(EPOCH)
     staged_bytes = stage_files(client, txn.staging_uri, n, bodies[EPOCH])
-    proto = prototype(variant) if variant in (PROTO_PARALLEL, PROTO_PRECOMMIT) \
+    proto = prototype(variant) if variant in PROTOTYPES \
         else contextlib.nullcontext({})
     prof = cProfile.Profile() if profile else None
     with proto as flags, timer.patched():
@@ -382,6 +475,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="run Iceberg as shipped behind latency only up to this many "
                         "files (default 1000: at 10,000 one commit takes over an hour; its "
                         "requests grow linearly, so larger sizes are extrapolated)")
+    parser.add_argument("--cpu-files", type=int, default=None,
+                        help="footers for the committer-CPU step timings (default 2000, "
+                        "quick 500; 0 skips them)")
     parser.add_argument("--latency-ms", type=float, nargs=2, default=[50.0, 100.0],
                         metavar=("MIN", "MAX"))
     parser.add_argument("--profile", action="store_true",
@@ -401,9 +497,8 @@ def main(argv: list[str] | None = None) -> int:
         log("delta: airflow_tpc.tables has no Delta target yet: not measured")
         variants.remove("delta")
     if prototypes:
-        variants += [v for v in (PROTO_PARALLEL, PROTO_PRECOMMIT) if v not in variants]
-    unknown = set(variants) - {"iceberg", "delta", "copy", "manifest", PROTO_PARALLEL,
-                               PROTO_PRECOMMIT}
+        variants += [v for v in PROTOTYPES if v not in variants]
+    unknown = set(variants) - {"iceberg", "delta", "copy", "manifest", *PROTOTYPES}
     if unknown:
         parser.error(f"unknown variants: {', '.join(sorted(unknown))}")
     started = time.perf_counter()
@@ -415,6 +510,11 @@ def main(argv: list[str] | None = None) -> int:
     cases: list[dict[str, Any]] = []
     profile: dict[str, Any] = {}
     lat = (args.latency_ms[0], args.latency_ms[1])
+    cpu_n = args.cpu_files if args.cpu_files is not None else (500 if args.quick else 2000)
+    cpu = bench_cpu(cpu_n, workdir) if cpu_n else []
+    if cpu:
+        log("committer CPU per file: " + "; ".join(
+            f"{name} {1e6 * t / n:,.0f} µs" for name, t, n in cpu))
     with core.moto_server() as moto:
         proxies = {"latency": core.LatencyProxy(moto, lat),
                    "none": core.LatencyProxy(moto, (0.0, 0.0))}
@@ -469,7 +569,10 @@ def main(argv: list[str] | None = None) -> int:
         c["run"] = run
     data = {"schema": 1, "runs": [*old.get("runs", []), run] if not args.fresh else [run],
             "cases": sorted([*keep, *cases], key=lambda c: (c["files"], c["path"])),
-            "profile": profile or old.get("profile", {})}
+            "profile": profile or old.get("profile", {}),
+            "notes": old.get("notes", []),  # hand-written remarks on earlier runs
+            "cpu": {"files": cpu_n, "load": os.getloadavg()[0], "steps": cpu} if cpu
+            else old.get("cpu", {})}
     results_path.parent.mkdir(parents=True, exist_ok=True)
     results_path.write_text(json.dumps(data, indent=1) + "\n")
     log(f"results saved to {results_path}")

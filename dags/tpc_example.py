@@ -10,6 +10,15 @@ Configuration (environment, read when the DAG file is parsed):
                        an s3://bucket/prefix works too, with TPC_EXAMPLE_STORAGE_CONN)
   TPC_EXAMPLE_SPARK_CONN  the Spark connection (default spark_local:
                        AIRFLOW_CONN_SPARK_LOCAL='{"conn_type":"spark","host":"local[2]"}')
+  TPC_EXAMPLE_TABLE    the same aggregates as an Iceberg table target (default
+                       iceberg://tpc_example/analytics.daily_event_counts): one snapshot per
+                       epoch commit; empty string: no table group
+  TPC_EXAMPLE_CATALOG_CONN  the table's iceberg_catalog connection (default
+                       tpc_example_catalog), e.g. the embedded SQL catalog on SQLite:
+                       AIRFLOW_CONN_TPC_EXAMPLE_CATALOG='{"conn_type": "iceberg_catalog",
+                         "host": "sqlite:////data/catalog.db",
+                         "schema": "file:///data/warehouse", "extra": {"type": "sql"}}'
+                       (scripts/demo.py sets it under the demo's data dir)
 """
 
 from __future__ import annotations
@@ -23,6 +32,9 @@ from airflow_tpc.airflow import exactly_once_spark_group
 
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "aggregate_events.py")
 TARGET = os.environ.get("TPC_EXAMPLE_TARGET", "/tmp/airflow-tpc/daily_event_counts")
+TABLE = os.environ.get("TPC_EXAMPLE_TABLE", "iceberg://tpc_example/analytics.daily_event_counts")
+ARGS = ["--rows", "{{ params.rows }}", "--seed", "{{ params.seed }}",
+        "--fail-on-try", "{{ params.fail_on_try }}", "--try", "{{ ti.try_number }}"]
 
 with DAG(
     dag_id="tpc_daily_events",
@@ -45,11 +57,26 @@ with DAG(
         namespace="tpc_daily_events",
         conn_id=os.environ.get("TPC_EXAMPLE_SPARK_CONN", "spark_local"),
         storage_conn_id=os.environ.get("TPC_EXAMPLE_STORAGE_CONN") or None,
-        application_args=["--rows", "{{ params.rows }}", "--seed", "{{ params.seed }}",
-                          "--fail-on-try", "{{ params.fail_on_try }}",
-                          "--try", "{{ ti.try_number }}"],
+        application_args=ARGS,
         submit_kwargs={"retries": 1, "retry_delay": timedelta(seconds=2)},
         sensor_mode="reschedule",
         poke_interval=5,
         name="tpc-daily-events",
     )
+    if TABLE:
+        # The same job and epochs into an Iceberg table: the task group takes a table
+        # target the way it takes a folder; each epoch's commit is one snapshot.
+        exactly_once_spark_group(
+            "daily_event_counts_table",
+            application=JOB,
+            target=TABLE,
+            namespace="tpc_daily_events_table",
+            catalog_conn_id=os.environ.get("TPC_EXAMPLE_CATALOG_CONN", "tpc_example_catalog"),
+            conn_id=os.environ.get("TPC_EXAMPLE_SPARK_CONN", "spark_local"),
+            storage_conn_id=os.environ.get("TPC_EXAMPLE_STORAGE_CONN") or None,
+            application_args=ARGS,
+            submit_kwargs={"retries": 1, "retry_delay": timedelta(seconds=2)},
+            sensor_mode="reschedule",
+            poke_interval=5,
+            name="tpc-daily-events-table",
+        )

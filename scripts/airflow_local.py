@@ -103,6 +103,12 @@ def _service_env(home: Path, port: int, worker_log_port: int, trigger_log_port: 
         "AIRFLOW_CONN_SPARK_LOCAL": json.dumps({"conn_type": "spark", "host": "local[2]"}),
         "TPC_EXAMPLE_TARGET": os.environ.get("TPC_EXAMPLE_TARGET")
         or str(home / "data" / "daily_event_counts"),
+        # The example's Iceberg table on the embedded catalog, as scripts/demo.py sets it
+        # up: one SQLite file and a warehouse folder under this home, nothing to start.
+        "TPC_EXAMPLE_CATALOG_CONN": "tpc_example_catalog",
+        "AIRFLOW_CONN_TPC_EXAMPLE_CATALOG": json.dumps({
+            "conn_type": "iceberg_catalog", "host": f"sqlite:///{home}/iceberg/catalog.db",
+            "schema": f"file://{home}/iceberg/warehouse", "extra": {"type": "sql"}}),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
@@ -178,6 +184,7 @@ class Local:
                              "(scripts/airflow-local.sh status; stop first to restart)")
         self.run.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)
+        (self.home / "iceberg" / "warehouse").mkdir(parents=True, exist_ok=True)  # example table
         secret_file = self.run / "jwt_secret"
         if not secret_file.exists():
             fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

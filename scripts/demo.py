@@ -14,6 +14,11 @@ without a scheduler):
   3. epoch 2026-11-03: a normal run
   4. epoch 2026-11-01 again, with changed input (seed 1, more rows): it replaces the
      epoch's output instead of adding to it
+
+Every run also writes the same aggregates into an Iceberg table
+(``iceberg://tpc_example/analytics.daily_event_counts``) on pyiceberg's embedded SQL
+catalog (SQLite, local warehouse under the demo's data dir): the demo checks one
+snapshot per epoch commit and reads the rows back through pyiceberg.
 """
 
 from __future__ import annotations
@@ -33,9 +38,27 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
+TABLE = "iceberg://tpc_example/analytics.daily_event_counts"
+
+
+def _catalog_properties(home: str) -> dict[str, str]:
+    """The embedded catalog: one SQLite file and a warehouse folder, nothing to start."""
+    os.makedirs(os.path.join(home, "iceberg", "warehouse"), exist_ok=True)
+    return {"type": "sql", "uri": f"sqlite:///{home}/iceberg/catalog.db",
+            "warehouse": f"file://{home}/iceberg/warehouse"}
+
+
 def _setup_env() -> tuple[str, str]:
     home = tempfile.mkdtemp(prefix="tpc-demo-airflow-")
     target = os.environ.get("TPC_EXAMPLE_TARGET") or os.path.join(home, "daily_event_counts")
+    props = _catalog_properties(home)
+    os.environ.update({
+        "TPC_EXAMPLE_TABLE": TABLE,
+        "TPC_EXAMPLE_CATALOG_CONN": "tpc_example_catalog",
+        "AIRFLOW_CONN_TPC_EXAMPLE_CATALOG": json.dumps({
+            "conn_type": "iceberg_catalog", "host": props["uri"],
+            "schema": props["warehouse"], "extra": {"type": "sql"}}),
+    })
     os.environ.update({
         "AIRFLOW_HOME": home,
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
@@ -120,28 +143,73 @@ def main() -> int:
         with _output_to(log_path):
             dr = dag.test(logical_date=datetime.fromisoformat(epoch).replace(tzinfo=timezone.utc),
                           run_conf={**base, **conf})
-        tis = {ti.task_id.split(".")[-1]: (str(getattr(ti.state, "value", ti.state)),
-                                           ti.try_number) for ti in dr.get_task_instances()}
+        tis = {ti.task_id: (str(getattr(ti.state, "value", ti.state)), ti.try_number)
+               for ti in dr.get_task_instances()}
         ok &= str(getattr(dr.state, "value", dr.state)) == "success"
         print(f"\n== epoch {epoch} ({what}): run {getattr(dr.state, 'value', dr.state)} in "
-              f"{time.monotonic() - t:.0f} s; submit tries: {tis['submit'][1]}; "
-              + ", ".join(f"{k}={v[0]}" for k, v in sorted(tis.items())))
+              f"{time.monotonic() - t:.0f} s; submit tries: "
+              f"folder {tis['daily_event_counts.submit'][1]}, "
+              f"table {tis['daily_event_counts_table.submit'][1]}")
+        for group in ("daily_event_counts", "daily_event_counts_table"):
+            print(f"   {group}: " + ", ".join(
+                f"{k.split('.')[-1]}={v[0]}" for k, v in sorted(tis.items())
+                if k.startswith(group + ".")))
 
     sink = Sink(target, "tpc_daily_events")
     print("\n== ledger (every attempt of every epoch)")
-    for info in sink.describe():
-        print(f"  {info.txn_id:32} {str(info.state):10} published={str(info.published):5} "
-              f"superseded={str(info.superseded):5} files={info.files} bytes={info.bytes} "
-              f"staging_files_left={info.staging_files}")
+    infos = sink.describe()
+    readers_see = {i.epoch: i.attempt for i in infos
+                   if str(i.state) == "COMMITTED" and i.published and not i.superseded}
+    for info in infos:
+        seen = readers_see.get(info.epoch)
+        note = ("<- readers see this attempt" if seen == info.attempt
+                else f"(replaced by attempt {seen})" if info.superseded and seen else "")
+        print(f"  {info.txn_id:32} {str(info.state):10} files={info.files} bytes={info.bytes} "
+              f"staging_files_left={info.staging_files}  {note}".rstrip())
     rows = _rows_per_epoch(target)
     print("\n== committed (what readers see)")
     for epoch, files in sink.committed_files().items():
         print(f"  epoch {epoch}: {len(files)} file(s), {rows.get(epoch, 0)} events aggregated")
     expected = {"2026-11-01": 30_000, "2026-11-02": 20_000, "2026-11-03": 20_000}
     ok &= rows == expected
-    print(f"\n{'OK' if ok else 'UNEXPECTED'}: each epoch published exactly once "
-          f"(expected events per epoch {expected})")
+    ok &= _show_table(home, runs, expected)
+    print(f"\n{'OK' if ok else 'UNEXPECTED'}: each epoch published exactly once, in the "
+          f"folder and in the Iceberg table (expected events per epoch {expected})")
     return 0 if ok else 1
+
+
+def _show_table(home: str, runs: list, expected: dict[str, int]) -> bool:
+    """The Iceberg table as its own readers see it (pyiceberg): one snapshot per epoch
+    commit, the current snapshot's rows per epoch equal to the folder's."""
+    from pyiceberg.catalog import load_catalog
+
+    table = load_catalog("tpc_example", **_catalog_properties(home)).load_table(
+        "analytics.daily_event_counts")
+    print(f"\n== Iceberg table {TABLE} (pyiceberg, SQL catalog on SQLite)")
+    snaps = table.snapshots()
+    for snap in snaps:
+        summary = snap.summary or {}
+        print(f"  snapshot {snap.snapshot_id}: {summary.operation.value if summary else '?':9}"
+              f" epoch {summary.get('airflow-tpc.epoch')} attempt "
+              f"{summary.get('airflow-tpc.attempt')} (+{summary.get('added-data-files') or 0} "
+              f"/-{summary.get('deleted-data-files') or 0} files)")
+    commits: dict[str, int] = {}
+    for epoch, _, _ in runs:
+        commits[epoch] = commits.get(epoch, 0) + 1
+    per_epoch: dict[str, int] = {}
+    for snap in snaps:
+        epoch = (snap.summary or {}).get("airflow-tpc.epoch")
+        per_epoch[epoch] = per_epoch.get(epoch, 0) + 1
+    data = table.scan().to_arrow()
+    rows: dict[str, int] = {}
+    for ep, n in zip(data["epoch"].to_pylist(), data["events"].to_pylist(), strict=True):
+        rows[ep] = rows.get(ep, 0) + int(n)
+    for epoch in sorted(rows):
+        print(f"  epoch {epoch}: {rows[epoch]} events aggregated (read back through pyiceberg), "
+              f"{per_epoch.get(epoch, 0)} snapshot(s) for {commits.get(epoch, 0)} commit(s)")
+    good = per_epoch == commits and rows == expected
+    print(f"  {'one snapshot per epoch commit' if good else 'UNEXPECTED'}")
+    return good
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """Bases of the protocol tasks: the sink arguments declared once, like the Amazon provider's
 ``AwsBaseOperator``/``AwsBaseSensor`` (``aws_conn_id``, ``region_name``, ``aws_template_fields``).
 
-Every protocol task (submit, sensor, commit, abort) takes the same five arguments —
-``target``, ``namespace``, ``storage_conn_id``, ``storage_options``, ``sink_config`` —
+Every protocol task (submit, sensor, commit, abort) takes the same six arguments —
+``target``, ``namespace``, ``storage_conn_id``, ``storage_options``, ``sink_config``,
+``catalog_conn_id`` —
 and must turn them into the same hook.  :class:`TpcBaseOperator` declares them, checks
 them (no secret in ``storage_options``: operator arguments are rendered in the UI and
 serialised with the DAG), names their template fields (:func:`tpc_template_fields`) and
@@ -22,7 +23,7 @@ from airflow_tpc.airflow.hooks import SinkArgs, TpcHook
 
 #: The sink arguments that are templated on every protocol task (``storage_options`` and
 #: ``sink_config`` are not: they are checked when the DAG is parsed).
-TPC_TEMPLATE_FIELDS = ("target", "namespace", "storage_conn_id")
+TPC_TEMPLATE_FIELDS = ("target", "namespace", "storage_conn_id", "catalog_conn_id")
 
 
 def tpc_template_fields(*template_fields: str) -> tuple[str, ...]:
@@ -50,6 +51,9 @@ class TpcBaseOperator(BaseOperator):
     :param storage_options: public options only (``endpoint_url``, ``region_name``);
         anything else is refused here, when the DAG is parsed.
     :param sink_config: :class:`SinkConfig` or its keyword arguments.
+    :param catalog_conn_id: for a table target (``iceberg://<catalog>/<ns>.<table>``), the
+        ``iceberg_catalog`` connection holding the catalog's properties (templated);
+        without it pyiceberg's own configuration (``~/.pyiceberg.yaml``, environment).
     """
 
     template_fields = tpc_template_fields()
@@ -59,28 +63,32 @@ class TpcBaseOperator(BaseOperator):
     storage_conn_id: str | None
     storage_options: dict[str, Any]
     sink_config: SinkConfig | dict[str, Any] | None
+    catalog_conn_id: str | None
 
     def __init__(self, *, target: str, namespace: str, storage_conn_id: str | None = None,
                  storage_options: dict[str, Any] | None = None,
                  sink_config: SinkConfig | dict[str, Any] | None = None,
+                 catalog_conn_id: str | None = None,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         # Checked now (a refused secret fails the DAG import, before anything renders or
         # stores it) and again whenever the hook is built from the rendered arguments.
         args = SinkArgs(target, namespace, storage_conn_id, storage_options, sink_config,
-                        where=type(self).__name__)
+                        catalog_conn_id, where=type(self).__name__)
         self.target = args.target
         self.namespace = args.namespace
         self.storage_conn_id = args.storage_conn_id
         self.storage_options = args.storage_options or {}
         self.sink_config = args.sink_config
+        self.catalog_conn_id = args.catalog_conn_id
         self._tpc_hook_for: tuple[SinkArgs, TpcHook] | None = None
 
     @property
     def sink_args(self) -> SinkArgs:
         """The sink arguments as they are now (rendered, inside ``execute``)."""
         return SinkArgs(self.target, self.namespace, self.storage_conn_id,
-                        self.storage_options, self.sink_config, where=type(self).__name__)
+                        self.storage_options, self.sink_config, self.catalog_conn_id or None,
+                        where=type(self).__name__)
 
     @property
     def tpc_hook(self) -> TpcHook:

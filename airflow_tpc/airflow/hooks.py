@@ -20,6 +20,7 @@ their hook from a :class:`SinkArgs`.
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import InitVar, asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -38,6 +39,7 @@ from airflow_tpc.airflow.metrics import (
 from airflow_tpc.errors import FencedError, TpcError, TransactionExpired
 from airflow_tpc.storage import storage_class
 from airflow_tpc.storage.s3 import check_endpoint_url, public_s3_options
+from airflow_tpc.tables import open_sink
 
 if TYPE_CHECKING:
     from airflow.sdk.definitions.connection import Connection
@@ -207,7 +209,147 @@ def sink_config_dict(config: SinkConfig | dict[str, Any] | None) -> dict[str, An
 
 
 #: Names of the sink arguments, in the order operators, sensor and trigger declare them.
-SINK_ARG_NAMES = ("target", "namespace", "storage_conn_id", "storage_options", "sink_config")
+SINK_ARG_NAMES = ("target", "namespace", "storage_conn_id", "storage_options", "sink_config",
+                  "catalog_conn_id")
+
+
+def is_table_target(target: str) -> bool:
+    """Whether ``target`` names a table (a catalog or table format resolves it) rather than a
+    folder: asked of :mod:`airflow_tpc.tables`, which owns the table URI schemes."""
+    from airflow_tpc.tables import TABLE_SCHEMES
+
+    return isinstance(target, str) and target.startswith(TABLE_SCHEMES)
+
+
+#: Catalog property names whose values are secrets (masked in logs as soon as they are read).
+_SECRET_PROPERTY = re.compile(r"(?i)secret|passw|token|credential|private|session|key(?!-id)")
+
+
+def catalog_properties_from_connection(conn: Connection) -> dict[str, str]:
+    """pyiceberg catalog properties from an ``iceberg_catalog`` connection.
+
+    ``extra`` holds the properties exactly as pyiceberg names them (``type``, ``uri``,
+    ``warehouse``, ``s3.endpoint``, ``credential`` ...).  The form fields fill what
+    ``extra`` leaves out: host (+ port) is ``uri``, schema is ``warehouse``; login and
+    password are the catalog's credentials where pyiceberg has a name for them: a REST
+    catalog's OAuth2 ``credential`` (``login:password``) or bearer ``token`` (password
+    only), a Glue catalog's ``glue.access-key-id``/``glue.secret-access-key``.  Other
+    catalog types take their secrets in ``extra`` (or their ``uri``); a login/password
+    there is refused rather than dropped.  Every secret-looking value is handed to
+    Airflow's secrets masker before it can reach a log line.
+    """
+    extra = conn.extra_dejson if conn.extra else {}
+    if not isinstance(extra, dict):
+        raise ValueError(f"connection {conn.conn_id!r}: extra must be a JSON object of pyiceberg "
+                         "catalog properties")
+    props: dict[str, str] = {}
+    for key, value in extra.items():
+        if isinstance(value, (dict, list)):
+            raise ValueError(f"connection {conn.conn_id!r}: catalog property {key!r} must be a "
+                             "string, number or boolean (pyiceberg properties are strings)")
+        if value is None:
+            continue
+        props[str(key)] = str(value).lower() if isinstance(value, bool) else str(value)
+    if conn.host and "uri" not in props:
+        uri = conn.host
+        if conn.port and "://" in uri:
+            scheme, rest = uri.split("://", 1)
+            netloc, slash, path = rest.partition("/")
+            if ":" not in netloc:
+                uri = f"{scheme}://{netloc}:{conn.port}{slash}{path}"
+        props["uri"] = uri
+    if conn.schema and "warehouse" not in props:
+        props["warehouse"] = conn.schema
+    kind = props.get("type", "").lower()
+    if not kind and props.get("uri", "").lower().startswith(("http://", "https://")):
+        kind = "rest"
+    if conn.login or conn.password:
+        if kind == "rest":
+            if conn.login and conn.password:
+                props.setdefault("credential", f"{conn.login}:{conn.password}")
+            elif conn.password:
+                props.setdefault("token", conn.password)
+            else:
+                raise ValueError(f"connection {conn.conn_id!r}: a REST catalog's login needs a "
+                                 "password (client id and secret of its OAuth2 credential)")
+        elif kind == "glue":
+            if conn.login:
+                props.setdefault("glue.access-key-id", conn.login)
+            if conn.password:
+                props.setdefault("glue.secret-access-key", conn.password)
+        else:
+            raise ValueError(
+                f"connection {conn.conn_id!r}: login/password are used for REST (OAuth2 "
+                "credential or token) and Glue (access key) catalogs only; give a "
+                f"{kind or 'catalog of this'} type's secrets in extra under pyiceberg's "
+                "property names")
+    _mask(props)
+    return props
+
+
+def _mask(props: dict[str, str]) -> None:
+    """Hand every secret-looking property (and a password in a ``uri``) to the masker."""
+    from urllib.parse import urlsplit
+
+    try:
+        from airflow.sdk.log import mask_secret
+    except ImportError:  # pragma: no cover - older task SDKs
+        return
+    for key, value in props.items():
+        if value and _SECRET_PROPERTY.search(key):
+            mask_secret(value)
+    uri = props.get("uri")
+    if uri:
+        try:
+            password = urlsplit(uri).password
+        except ValueError:
+            password = None
+        if password:
+            mask_secret(password)
+
+
+class IcebergCatalogHook(BaseHook):
+    """The ``iceberg_catalog`` connection type: the properties of one pyiceberg catalog.
+
+    Why a connection: a catalog's properties hold secrets (a REST catalog's OAuth2
+    credential or token, a database password, object-store keys), and operator
+    arguments are rendered in the UI and serialised with the DAG.  The protocol tasks
+    take the connection's *name* (``catalog_conn_id``) and resolve it where they run;
+    the properties never reach an XCom, a rendered field, a trigger row or the Spark
+    conf (the job side never opens the catalog).  See
+    :func:`catalog_properties_from_connection` for how the fields map.
+    """
+
+    conn_name_attr = "catalog_conn_id"
+    default_conn_name = "iceberg_catalog_default"
+    conn_type = "iceberg_catalog"
+    hook_name = "Iceberg catalog (airflow-tpc)"
+
+    def __init__(self, catalog_conn_id: str = default_conn_name, *,
+                 connection: Connection | None = None) -> None:
+        super().__init__()
+        self.catalog_conn_id = catalog_conn_id
+        self._connection = connection
+
+    def get_conn(self) -> dict[str, str]:
+        """The catalog properties (with secrets: never log or return them to a task)."""
+        return self.catalog_properties()
+
+    def catalog_properties(self) -> dict[str, str]:
+        if self._connection is None:
+            self._connection = self.get_connection(self.catalog_conn_id)
+        return catalog_properties_from_connection(self._connection)
+
+    def test_connection(self) -> tuple[bool, str]:
+        """Open the catalog and list its namespaces (the UI's *Test* button)."""
+        try:
+            from pyiceberg.catalog import load_catalog
+
+            catalog = load_catalog(self.catalog_conn_id, **self.catalog_properties())
+            found = len(catalog.list_namespaces())
+        except Exception as exc:
+            return False, f"{type(exc).__name__}: {exc}"
+        return True, f"catalog reachable: {found} top-level namespace(s)"
 
 
 @dataclass(frozen=True)
@@ -229,6 +371,9 @@ class SinkArgs:
         profile, instance role).
     :param storage_options: public options only (``endpoint_url``, ``region_name``).
     :param sink_config: :class:`SinkConfig` or its keyword arguments.
+    :param catalog_conn_id: for a table target, the ``iceberg_catalog`` connection holding
+        the catalog's properties; without it pyiceberg's own configuration is used
+        (``~/.pyiceberg.yaml``, ``PYICEBERG_CATALOG__<NAME>__*``).
     :param where: who passed them, for the refusal message.
     """
 
@@ -237,6 +382,7 @@ class SinkArgs:
     storage_conn_id: str | None = None
     storage_options: dict[str, Any] | None = None
     sink_config: SinkConfig | dict[str, Any] | None = None
+    catalog_conn_id: str | None = None
     where: InitVar[str] = "SinkArgs"
 
     def __post_init__(self, where: str) -> None:
@@ -247,19 +393,23 @@ class SinkArgs:
         return {"target": self.target, "namespace": self.namespace,
                 "storage_conn_id": self.storage_conn_id,
                 "storage_options": dict(self.storage_options or {}),
-                "sink_config": sink_config_dict(self.sink_config)}
+                "sink_config": sink_config_dict(self.sink_config),
+                "catalog_conn_id": self.catalog_conn_id}
 
     @classmethod
     def from_txn_doc(cls, doc: dict[str, Any], where: str = "transaction XCom") -> SinkArgs:
         """The sink a submit task's ``tpc_txn`` XCom names (target, namespace, connection
         name, public options): how the UI plugin finds a run's transactions."""
-        return cls(doc["target"], doc["namespace"], doc.get("storage_conn_id") or None,
-                   doc.get("storage_options") or None, where=where)
+        return cls(doc.get("table") or doc["target"], doc["namespace"],
+                   doc.get("storage_conn_id") or None, doc.get("storage_options") or None,
+                   catalog_conn_id=doc.get("catalog_conn_id") or None, where=where)
 
-    def hook(self, *, connection: Connection | None = None) -> TpcHook:
+    def hook(self, *, connection: Connection | None = None,
+             catalog_connection: Connection | None = None) -> TpcHook:
         return TpcHook(self.target, self.namespace, storage_conn_id=self.storage_conn_id,
                        storage_options=self.storage_options, config=self.sink_config,
-                       connection=connection)
+                       catalog_conn_id=self.catalog_conn_id, connection=connection,
+                       catalog_connection=catalog_connection)
 
 
 PrecommitStatus = Literal["ready", "waiting", "failed"]
@@ -302,6 +452,8 @@ class TpcHook(BaseHook):
         its default chain (environment, profile, instance role).
     :param storage_options: public options only (``endpoint_url``, ``region_name``).
     :param config: :class:`SinkConfig` or its keyword arguments.
+    :param catalog_conn_id: a table target's ``iceberg_catalog`` connection
+        (:class:`IcebergCatalogHook`); None: pyiceberg's own configuration.
     """
 
     conn_name_attr = "storage_conn_id"
@@ -312,9 +464,13 @@ class TpcHook(BaseHook):
     def __init__(self, target: str, namespace: str, *, storage_conn_id: str | None = None,
                  storage_options: dict[str, Any] | None = None,
                  config: SinkConfig | dict[str, Any] | None = None,
-                 connection: Connection | None = None) -> None:
+                 catalog_conn_id: str | None = None,
+                 connection: Connection | None = None,
+                 catalog_connection: Connection | None = None) -> None:
         super().__init__()
         self.target = target
+        self.catalog_conn_id = catalog_conn_id
+        self._catalog_connection = catalog_connection
         self.namespace = namespace
         self.storage_conn_id = storage_conn_id
         self.public_options = check_public(storage_options, "TpcHook")
@@ -336,6 +492,10 @@ class TpcHook(BaseHook):
         Only a store that takes credentials gets them (the store class says so, the URI
         is not sniffed): a local target never sees a connection's secret.
         """
+        if self.is_table:
+            # The table's store is known only once its catalog is opened: a named
+            # connection's credentials are meant for it; LocalStorage takes none anyway.
+            return {**self.public_options, **self._connection_options()} or None
         if not storage_class(str(self.target)).takes_credentials:
             return None
         return {**self.public_options, **self._connection_options()}
@@ -350,15 +510,51 @@ class TpcHook(BaseHook):
             return self._aws.options()
         return options_from_connection(conn)
 
+    @property
+    def is_table(self) -> bool:
+        """A table target (``iceberg://...``): a catalog resolves it, not a folder."""
+        return is_table_target(str(self.target))
+
+    def catalog_properties(self) -> dict[str, str] | None:
+        """The catalog connection's properties (secrets included: never log or return them
+        to a task); None without ``catalog_conn_id`` (pyiceberg's own configuration)."""
+        if not self.catalog_conn_id and self._catalog_connection is None:
+            return None
+        return IcebergCatalogHook(self.catalog_conn_id or IcebergCatalogHook.default_conn_name,
+                                  connection=self._catalog_connection).catalog_properties()
+
     def get_sink(self) -> Sink:
-        """The sink, rebuilt when the connection's credentials changed since it was built
+        """The core sink of the target: a folder's :class:`Sink`, or a table's (through
+        :func:`airflow_tpc.tables.open_sink`, with the catalog connection's properties);
+        rebuilt when the connection's credentials changed since it was built
         (assumed-role credentials refreshed by botocore during a long poke or poll)."""
+        if self.catalog_conn_id and not self.is_table:
+            raise ValueError(f"catalog_conn_id={self.catalog_conn_id!r} is given, but "
+                             f"target {self.target!r} is a folder, not a table")
         options = self.storage_options()
         if self._sink is None or options != self._sink_options:
-            self._sink = Sink(self.target, self.namespace, storage_options=options,
-                              config=self.config)
+            self._sink = open_sink(self.target, self.namespace, storage_options=options,
+                                   config=self.config,
+                                   catalog_properties=self.catalog_properties()
+                                   if self.is_table else None)
             self._sink_options = options
         return self._sink
+
+    def committed_files(self, epochs: Any = None) -> dict[str, list[str]]:
+        """``{epoch: [file URI, ...]}`` of the committed epochs, as the sink lists them (a
+        table's through its library): what ``airflow_tpc.spark.read_committed(spark,
+        target, committed=...)`` reads on the job side, which opens no catalog."""
+        return self.get_sink().committed_files(epochs)
+
+    def table_check(self, txn: Transaction) -> None:
+        """For a table target, the table's check of a sealed attempt (raises
+        :class:`~airflow_tpc.tables.TableSchemaError`, a ``ManifestError``): the job side
+        seals with the core alone (it never imports a table library), so the sensor runs
+        the table sink's pre-commit — which checks the staged files' footers against the
+        table, then returns the sealed manifest unchanged.  A folder target: nothing."""
+        sink = self.get_sink()
+        if getattr(sink, "table_target", None) is not None:
+            sink.precommit(txn)
 
     def job_env(self) -> dict[str, str]:
         """The connection's credentials for the Spark job, as ``AWS_*`` variables.
@@ -431,6 +627,11 @@ class TpcHook(BaseHook):
                 txn)
         manifest = status.manifest
         if manifest is not None:
+            try:
+                self.table_check(txn)
+            except ManifestError as exc:
+                return PrecommitCheck("failed", f"{txn.txn_id} cannot go into the table: {exc}",
+                                      txn)
             return PrecommitCheck("ready", f"{txn.txn_id} pre-committed: {manifest.total_files} "
                                            f"files, digest {manifest.digest}", txn, manifest)
         if txn.expired():

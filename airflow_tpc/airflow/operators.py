@@ -82,7 +82,8 @@ def _build_zip(path: str) -> str:
 
 
 def job_payload(txn: Transaction, *, guarantee: str, promotion: str,
-                public_storage: dict[str, Any], credentials_file: str | None = None) -> str:
+                public_storage: dict[str, Any], credentials_file: str | None = None,
+                table: str | None = None) -> str:
     """The JSON for ``spark.airflow_tpc.txn``: the transaction, never a credential.
 
     Defined once, by the job side that parses it
@@ -92,7 +93,8 @@ def job_payload(txn: Transaction, *, guarantee: str, promotion: str,
     from airflow_tpc.spark.context import build_payload
 
     return build_payload(txn, guarantee=guarantee, promotion=promotion,
-                         storage_options=public_storage, credentials_file=credentials_file)
+                         storage_options=public_storage, credentials_file=credentials_file,
+                         table=table)
 
 
 # -- handing credentials to spark-submit, never on its command line ------------------------
@@ -317,9 +319,11 @@ class StagedSparkSubmitOperator(TpcBaseOperator, SparkSubmitOperator):
                       txn.staging_uri)
         # The transaction plus *where* it lives (connection name and public options only):
         # enough for the sensor, abort and the UI plugin to find it, no credential.
-        context["ti"].xcom_push(key=TXN_XCOM_KEY, value={
-            **txn.to_dict(), "storage_conn_id": self.storage_conn_id,
-            "storage_options": hook.public_options})
+        doc = {**txn.to_dict(), "storage_conn_id": self.storage_conn_id,
+               "storage_options": hook.public_options}
+        if hook.is_table:  # the table URI and the catalog connection's *name*, never its
+            doc.update(table=self.target, catalog_conn_id=self.catalog_conn_id)  # properties
+        context["ti"].xcom_push(key=TXN_XCOM_KEY, value=doc)
         TransactionLink.persist(context, txn)
         files = self.files
         cred_path = None
@@ -332,7 +336,8 @@ class StagedSparkSubmitOperator(TpcBaseOperator, SparkSubmitOperator):
             self.conf = {**(self.conf or {}), SPARK_CONF_KEY: job_payload(
                 txn, guarantee=self.guarantee, promotion=sink.config.promotion,
                 public_storage=hook.job_public_options(),
-                credentials_file=os.path.basename(cred_path) if cred_path else None)}
+                credentials_file=os.path.basename(cred_path) if cred_path else None,
+                table=self.target if hook.is_table else None)}
             if self.ship_package:
                 shipped = package_zip()
                 self.py_files = f"{self.py_files},{shipped}" if self.py_files else shipped
@@ -404,6 +409,15 @@ class CommitOperator(TpcBaseOperator):
                    "files": manifest.total_files, "bytes": manifest.total_bytes,
                    "rows": manifest.total_rows, "manifest_uri": pointer.get("manifest_uri"),
                    "rolled_forward": [list(x) for x in result.rolled_forward]}
+        # A table target: which table, and the snapshot (Iceberg) or version (Delta) the
+        # epoch's commit became, asked of the sink (None for folders, or a superseded
+        # attempt the table never took).  The location names it for lineage.
+        version = None
+        if self.tpc_hook.is_table and result.outcome != "superseded":
+            version = self.tpc_hook.get_sink().table_version(txn.epoch, manifest.digest)
+            summary["location"] = txn.target
+        if version:
+            summary.update(version)
         context["ti"].xcom_push(key=COMMIT_XCOM_KEY, value=summary)
         ManifestLink.persist(context, pointer.get("manifest_uri"))
         event_id = f"{txn.txn_id}@{manifest.digest}"
@@ -421,6 +435,8 @@ class CommitOperator(TpcBaseOperator):
         extra = {"epoch": txn.epoch, "txn_id": txn.txn_id, "attempt": txn.attempt,
                  "files": manifest.total_files, "rows": manifest.total_rows,
                  "bytes": manifest.total_bytes, "digest": manifest.digest}
+        if version:  # {"table", "format", "snapshot_id" | "version"}
+            extra.update(version)
         for outlet in self.outlets:
             if isinstance(outlet, Asset):
                 context["outlet_events"][outlet].extra = dict(extra)
@@ -480,19 +496,53 @@ class CommitOperator(TpcBaseOperator):
         except ImportError:
             return None
         summary = task_instance.xcom_pull(task_ids=task_instance.task_id, key=COMMIT_XCOM_KEY)
-        namespace, name = _lineage_name(self.target)
+        facets: dict[str, Any] = {}
+        if _is_table(self.target):
+            # OpenLineage names a table-format dataset by its physical location (as its
+            # Spark integration does for Iceberg and Delta: the store's namespace + path);
+            # the catalog's name for it is a symlink of type TABLE.
+            from airflow.providers.common.compat.openlineage.facet import (
+                Identifier,
+                SymlinksDatasetFacet,
+            )
+
+            location = (summary or {}).get("location")
+            if not location:
+                return None  # no commit recorded by this task: nothing to report
+            namespace, name = _lineage_name(location)
+            sym_namespace, sym_name = _table_symlink(self.target)
+            facets["symlinks"] = SymlinksDatasetFacet(identifiers=[Identifier(
+                namespace=sym_namespace, name=sym_name, type="TABLE")])
+        else:
+            namespace, name = _lineage_name(self.target)
         output_facets = {}
         if summary:
             output_facets["outputStatistics"] = OutputStatisticsOutputDatasetFacet(
                 rowCount=summary.get("rows"), size=summary.get("bytes"),
                 fileCount=summary.get("files"))
         return OperatorLineage(outputs=[OutputDataset(namespace=namespace, name=name,
+                                                      facets=facets,
                                                       outputFacets=output_facets)])
 
 
 def _lineage_name(target: str) -> tuple[str, str]:
     """OpenLineage (namespace, name) of the target, as its store names datasets."""
     return storage_class(target).lineage_name(target)
+
+
+def _is_table(target: str) -> bool:
+    from airflow_tpc.airflow.hooks import is_table_target
+
+    return is_table_target(str(target))
+
+
+def _table_symlink(table_uri: str) -> tuple[str, str]:
+    """(namespace, name) of a table's catalog identity: ``iceberg://<catalog>`` and
+    ``<namespace>.<table>`` (a path-named table, e.g. Delta: its scheme and path)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(table_uri)
+    return f"{parts.scheme}://{parts.netloc}", parts.path.lstrip("/") or parts.netloc
 
 
 def target_asset(target: str) -> Asset:

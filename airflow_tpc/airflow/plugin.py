@@ -200,15 +200,17 @@ def _recent_docs(dag_ids: set[str], limit: int = 200) -> list[dict[str, Any]]:
 def _hook_for(doc: dict[str, Any]) -> Any:
     """The hook of the sink a transaction XCom names; the credentials connection is looked
     up by name here, in the API server (the XCom holds only its name)."""
+    from airflow.models.connection import Connection
+
     from airflow_tpc.airflow.hooks import SinkArgs
 
     args = SinkArgs.from_txn_doc(doc)
-    connection = None
+    connection = catalog = None
     if args.storage_conn_id:
-        from airflow.models.connection import Connection
-
         connection = Connection.get_connection_from_secrets(args.storage_conn_id)
-    return args.hook(connection=connection)
+    if args.catalog_conn_id:  # a table target's catalog, also by name only
+        catalog = Connection.get_connection_from_secrets(args.catalog_conn_id)
+    return args.hook(connection=connection, catalog_connection=catalog)
 
 
 def _info_dict(info: Any) -> dict[str, Any]:

@@ -30,6 +30,7 @@ def exactly_once_spark_group(
     storage_conn_id: str | None = None,
     storage_options: dict[str, Any] | None = None,
     sink_config: SinkConfig | dict[str, Any] | None = None,
+    catalog_conn_id: str | None = None,
     outlets: list[Asset] | None = None,
     sensor_mode: str = "poke",
     deferrable: bool = False,
@@ -55,9 +56,14 @@ def exactly_once_spark_group(
     :param epoch: templated; default: the run's data interval start, so scheduled runs,
         manual reruns and backfills of one interval all write (and replace) one epoch.
     :param approval: add a Human-in-the-loop gate (providers-standard HITLBranchOperator).
+    :param target: a folder (``/abs/path``, ``s3://bucket/prefix``) or a table
+        (``iceberg://<catalog>/<namespace>.<table>``), taken the same way; for a table the
+        job writes Parquet files with a string ``epoch`` column into ``txn.output_uri``
+        (docs/tables.md) and ``catalog_conn_id`` names the catalog's connection.
     """
     shared = {"target": target, "namespace": namespace, "storage_conn_id": storage_conn_id,
-              "storage_options": storage_options, "sink_config": sink_config}
+              "storage_options": storage_options, "sink_config": sink_config,
+              "catalog_conn_id": catalog_conn_id}
     with TaskGroup(group_id=group_id) as group:
         submit = StagedSparkSubmitOperator(task_id="submit", application=application,
                                            epoch=epoch, conn_id=conn_id, **shared,
@@ -77,6 +83,7 @@ def exactly_once_tasks(
     storage_conn_id: str | None = None,
     storage_options: dict[str, Any] | None = None,
     sink_config: SinkConfig | dict[str, Any] | None = None,
+    catalog_conn_id: str | None = None,
     outlets: list[Asset] | None = None,
     sensor_mode: str = "poke",
     deferrable: bool = False,
@@ -100,7 +107,8 @@ def exactly_once_tasks(
     transaction is aborted once.
     """
     shared = {"target": target, "namespace": namespace, "storage_conn_id": storage_conn_id,
-              "storage_options": storage_options, "sink_config": sink_config}
+              "storage_options": storage_options, "sink_config": sink_config,
+              "catalog_conn_id": catalog_conn_id}
     wait = PrecommitSensor(task_id="wait_precommit", submit_task_id=submit.task_id,
                            mode=sensor_mode, deferrable=deferrable,
                            poke_interval=poke_interval, timeout=sensor_timeout, **shared)

@@ -24,8 +24,8 @@ class PrecommitTrigger(BaseTrigger):
     """Poll storage until the attempt is pre-committed, fails, or ``deadline`` passes.
 
     :param txn: the transaction XCom of the submit task.
-    :param target, namespace, storage_conn_id, storage_options, sink_config: the sink
-        arguments (:class:`SinkArgs`).
+    :param target, namespace, storage_conn_id, storage_options, sink_config,
+        catalog_conn_id: the sink arguments (:class:`SinkArgs`; connections by name only).
     :param poll_interval: seconds between looks.
     :param deadline: epoch seconds after which a ``timeout`` event is sent.
     """
@@ -34,11 +34,12 @@ class PrecommitTrigger(BaseTrigger):
                  storage_conn_id: str | None = None,
                  storage_options: dict[str, Any] | None = None,
                  sink_config: SinkConfig | dict[str, Any] | None = None,
+                 catalog_conn_id: str | None = None,
                  poll_interval: float = 10.0, deadline: float | None = None) -> None:
         super().__init__()
         self.txn = txn
         self.sink_args = SinkArgs(target, namespace, storage_conn_id, storage_options,
-                                  sink_config, where=type(self).__name__)
+                                  sink_config, catalog_conn_id, where=type(self).__name__)
         self.poll_interval = poll_interval
         self.deadline = deadline
 
@@ -51,7 +52,10 @@ class PrecommitTrigger(BaseTrigger):
         connection = None
         if self.sink_args.storage_conn_id:
             connection = await TpcHook.aget_connection(self.sink_args.storage_conn_id)
-        return self.sink_args.hook(connection=connection)
+        catalog = None
+        if self.sink_args.catalog_conn_id:
+            catalog = await TpcHook.aget_connection(self.sink_args.catalog_conn_id)
+        return self.sink_args.hook(connection=connection, catalog_connection=catalog)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = await self._hook()

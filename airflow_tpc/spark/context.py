@@ -82,7 +82,7 @@ def public_storage_options(options: dict[str, Any] | None) -> dict[str, Any]:
 def build_payload(txn: Transaction, *, guarantee: DeliveryGuarantee | str = "EXACTLY_ONCE",
                   promotion: str = "move",
                   storage_options: dict[str, Any] | None = None,
-                  credentials_file: str | None = None) -> str:
+                  credentials_file: str | None = None, table: str | None = None) -> str:
     """The JSON the submit operator puts in ``spark.airflow_tpc.txn`` (or ``AIRFLOW_TPC_TXN``).
 
     Secrets in ``storage_options`` are dropped here on purpose: the Spark conf is
@@ -91,9 +91,22 @@ def build_payload(txn: Transaction, *, guarantee: DeliveryGuarantee | str = "EXA
     """
     doc = {**txn.to_dict(), "guarantee": _as_guarantee(guarantee).value,
            "promotion": promotion, "storage": public_storage_options(storage_options)}
+    if table:
+        doc["table"] = _check_table_uri(table, "payload")
     if credentials_file:
         doc["credentials_file"] = _check_credentials_file_name(credentials_file, "payload")
     return json.dumps(doc, sort_keys=True)
+
+
+def _check_table_uri(table: Any, where: str) -> str:
+    """A table target's URI, for the job to know it writes a table (never credentials)."""
+    if not isinstance(table, str) or "://" not in table \
+            or any(c in table for c in "?#\n\x00"):
+        raise TpcError(f"{where}: 'table' must be a table URI such as "
+                       "iceberg://<catalog>/<namespace>.<table> (no user part, query or fragment)")
+    if "@" in table.split("://", 1)[1].split("/", 1)[0]:
+        raise TpcError(f"{where}: 'table' must not carry a user part")
+    return table
 
 
 def _check_credentials_file_name(name: Any, where: str) -> str:
@@ -187,6 +200,12 @@ class JobTransaction:
     #: Name of the file (shipped with ``--files``) holding this job's credentials; it
     #: wins over the environment. Only the name travels (payload, ``to_json``).
     credentials_file: str | None = None
+    #: The table URI when the target is a table (``iceberg://<catalog>/<ns>.<table>``):
+    #: ``target`` is then the table's location, where the ledger and staging live.  The
+    #: job never opens the catalog (no table library here): it writes Parquet files with
+    #: the string ``epoch`` column (:meth:`with_epoch_column`) and seals them with the
+    #: core; the table's own check of the files runs on the Airflow side (the sensor).
+    table: str | None = None
 
     # -- identity ------------------------------------------------------------
     @property
@@ -216,6 +235,21 @@ class JobTransaction:
     @property
     def staging_uri(self) -> str:
         return self.txn.staging_uri
+
+    @property
+    def is_table(self) -> bool:
+        """Whether the target is a table (its files must carry the ``epoch`` column)."""
+        return self.table is not None
+
+    def with_epoch_column(self, df: Any) -> Any:
+        """``df`` with the string column ``epoch`` = this epoch when the target is a table
+        (a table infers each file's partition from it: docs/tables.md); unchanged for a
+        folder, whose epoch is the published folder's name.  Do not ``partitionBy`` it."""
+        if not self.is_table:
+            return df
+        from pyspark.sql import functions as F
+
+        return df.withColumn("epoch", F.lit(self.epoch).cast("string"))
 
     @property
     def transactional(self) -> bool:
@@ -268,7 +302,8 @@ class JobTransaction:
     # -- (de)serialisation ---------------------------------------------------
     def to_json(self) -> str:
         return build_payload(self.txn, guarantee=self.guarantee, promotion=self.promotion,
-                             storage_options=self.storage, credentials_file=self.credentials_file)
+                             storage_options=self.storage, credentials_file=self.credentials_file,
+                             table=self.table)
 
     @classmethod
     def from_payload(cls, payload: str | dict[str, Any], *, where: str = "payload"
@@ -300,14 +335,22 @@ class JobTransaction:
         cred_file = doc.get("credentials_file")
         if cred_file is not None:
             cred_file = _check_credentials_file_name(cred_file, where)
+        table = doc.get("table")
+        if table is not None:
+            table = _check_table_uri(table, where)
         guarantee = _as_guarantee(doc.get("guarantee", DeliveryGuarantee.EXACTLY_ONCE.value))
         txn = Transaction.from_dict(doc)
         return cls(txn, guarantee, str(doc.get("promotion", "move")), dict(storage),
-                   credentials_file=cred_file)
+                   credentials_file=cred_file, table=table)
 
     # -- the core ------------------------------------------------------------
     def sink(self) -> Sink:
-        """A core :class:`Sink` for this target, configured like the operator's."""
+        """A core :class:`Sink` for this target, configured like the operator's.
+
+        For a table target too: a plain core sink on the table's location, with the
+        staging root the operator's table sink chose (read off ``staging_uri``).  It
+        reads the same ledger and seals the same manifest the table sink would; only
+        the table's schema check is left to the Airflow side, which has the catalog."""
         staging_root = _STAGING_TAIL.sub("", self.txn.staging_uri)
         config = SinkConfig(timeout_s=self.txn.timeout_s, promotion=self.promotion)
         sink = Sink(self.target, self.namespace, storage_options=self.storage_options(),

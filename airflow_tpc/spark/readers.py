@@ -16,15 +16,23 @@ handed to ``spark.createDataFrame``: fine for what fits in the driver's memory.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import TpcError
 from ..staging import list_staged
 from ..storage import storage_class
-from .committed import fsspec_options, group_by_base, reader_sink
+from .committed import _ATTEMPT_BASE, fsspec_options, group_by_base, reader_sink
 
 log = logging.getLogger("airflow_tpc.spark")
+
+
+def _is_table(target: str) -> bool:
+    """A table URI (its schemes are :mod:`airflow_tpc.tables`'s; importing that package
+    imports no table library)."""
+    from ..tables import TABLE_SCHEMES
+
+    return isinstance(target, str) and target.startswith(TABLE_SCHEMES)
 
 
 
@@ -82,10 +90,58 @@ def _read_groups(spark: Any, fmt: str, groups: list[tuple[str, list[str], dict[s
     return out
 
 
+def load_committed(committed: Mapping[str, Iterable[str]] | str,
+                   storage_options: dict[str, Any] | None = None) -> dict[str, list[str]]:
+    """``{epoch: [file URI, ...]}`` as ``Sink.committed_files()`` returns it: the mapping
+    itself, or read from a JSON document at a path/URI (fsspec) where the Airflow side
+    wrote it (``json.dump(sink.committed_files(epochs), fh)``)."""
+    if isinstance(committed, str):
+        import json
+
+        import fsspec
+
+        try:
+            fs, path = fsspec.core.url_to_fs(committed, **fsspec_options(storage_options))
+            with fs.open(path, "rb") as fh:
+                committed = json.load(fh)
+        except (OSError, ValueError) as exc:
+            raise TpcError(f"cannot read the committed file list {committed}: "
+                           f"{type(exc).__name__}: {exc}") from None
+    if not isinstance(committed, Mapping) or not all(
+            isinstance(v, (list, tuple)) and all(isinstance(u, str) and "://" in u for u in v)
+            for v in committed.values()):
+        raise TpcError("committed must map each epoch to a list of file URIs, as "
+                       "Sink.committed_files() returns")
+    return {str(e): list(v) for e, v in committed.items()}
+
+
+def _read_files(spark: Any, committed: dict[str, list[str]], epochs: Iterable[str] | None,
+                format: str, storage_options: dict[str, Any] | None,
+                options: dict[str, str], schema: Any) -> Any:
+    """Exactly the given files, each group under its attempt folder as partition base."""
+    wanted = None if epochs is None else {str(e) for e in epochs}
+    groups = []
+    first = None
+    for epoch, uris in committed.items():
+        if wanted is not None and epoch not in wanted:
+            continue
+        by_base: dict[str, list[str]] = {}
+        for uri in uris:
+            m = _ATTEMPT_BASE.match(uri)
+            by_base.setdefault(m.group("base") if m else uri.rsplit("/", 1)[0], []).append(uri)
+            first = first or uri
+        groups += [(base, files, {"epoch": epoch}) for base, files in by_base.items()]
+    log.info("read_committed: %d epoch(s), %d file(s) given", len(groups),
+             sum(len(g[1]) for g in groups))
+    return _read_groups(spark, format, groups, first or "file:///", storage_options,
+                        options, schema)
+
+
 def read_committed(spark: Any, target: str, *, epochs: Iterable[str] | None = None,
                    format: str = "parquet", storage_options: dict[str, Any] | None = None,
                    options: dict[str, str] | None = None, schema: Any = None,
-                   distributed: bool | None = None) -> Any:
+                   distributed: bool | None = None,
+                   committed: Mapping[str, Iterable[str]] | str | None = None) -> Any:
     """A DataFrame of exactly the committed epochs of ``target``, with an ``epoch`` column.
 
     ``epochs`` restricts to some epochs (those not committed are simply absent).
@@ -94,7 +150,26 @@ def read_committed(spark: Any, target: str, *, epochs: Iterable[str] | None = No
     source (Parquet; credentials from the executors' environment), False reads
     on the driver with pyarrow.  Default: distributed for Parquet unless
     ``storage_options`` carries credentials (those must not reach the query plan).
+
+    A **table target** (``iceberg://...``; the job side never imports a table
+    library) is read from ``committed``: the epochs' committed files as the table
+    sink lists them where its library is (the Airflow side:
+    ``TpcHook.committed_files(epochs)`` or ``airflow_tpc.tables.open_sink(...)
+    .committed_files(epochs)``), a mapping or the path/URI of that mapping as JSON.
+    They are the data files the epoch's table commit added (its snapshot's files
+    of the epoch's partition), read by Spark itself — distributed, no scan planning
+    on the driver.  ``committed`` also works for a folder (skips reading the markers).
     """
+    if committed is not None:
+        return _read_files(spark, load_committed(committed, storage_options), epochs, format,
+                           storage_options, options or {}, schema)
+    if _is_table(target):
+        raise TpcError(
+            f"{target} is a table: the job side does not open its catalog (no table library "
+            "here). Resolve its committed files where the library is — "
+            "open_sink(target, namespace, catalog_properties=...).committed_files(epochs), "
+            "or TpcHook.committed_files on the Airflow side — and pass them: "
+            "read_committed(spark, target, committed=<that mapping, or a JSON file of it>)")
     remote = not storage_class(target).spark_native  # asked of the store, not the URI
     secrets = sorted(set(storage_options or {}) - {"endpoint_url", "region_name"})
     if distributed is None:

@@ -2,8 +2,9 @@
 
 Run by ``StagedSparkSubmitOperator``: it finds its transaction with
 ``current_transaction(spark)``, writes Parquet into the transaction's staging and
-seals it with ``txn.precommit()``.  It never publishes anything itself: Airflow's
-commit task does, after validating the manifest.
+seals it with ``txn.precommit()``.  The same job writes a folder or a table target
+(``txn.with_epoch_column`` adds the ``epoch`` column a table needs).  It never
+publishes anything itself: Airflow's commit task does, after validating the manifest.
 
 The input is generated deterministically from (epoch, seed), so a rerun of an epoch
 with the same seed produces the same rows and a different seed stands for
@@ -51,6 +52,9 @@ def main(argv: list[str]) -> int:
              .withColumn("day", F.lit(txn.epoch))
              .orderBy("event_type", "hour")
              .coalesce(2))
+    # A table target (Iceberg, Delta) infers each file's partition from a string column
+    # "epoch" in the file; a folder target's epoch is its folder name (unchanged here).
+    daily = txn.with_epoch_column(daily)
 
     if args.fail_on_try and args.fail_on_try == args.try_number:
         # Leave half-written output in staging, then die: it must never be published.

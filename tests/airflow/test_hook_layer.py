@@ -72,7 +72,7 @@ def test_every_task_shares_the_sink_arguments_and_their_template_fields(airflow_
         assert len(set(op.template_fields)) == len(op.template_fields)  # each field once
         assert {n: getattr(op.sink_args, n) for n in SINK_ARG_NAMES} == {
             "target": "/data/t", "namespace": "n", "storage_conn_id": "lake",
-            "storage_options": {}, "sink_config": None}
+            "storage_options": {}, "sink_config": None, "catalog_conn_id": None}
     # each task's own fields are kept
     assert set(SparkSubmitOperator.template_fields) | {"epoch"} <= set(submit.template_fields)
     assert "submit_task_id" in sensor.template_fields
@@ -168,7 +168,9 @@ def test_check_precommit_and_pointer_cost_one_listing_and_two_reads(tmp_path, ai
     sink = Sink(str(tmp_path / "t"), "cheap")
     txn = _epoch_with_history(sink, "2026-01-01")
     hook = TpcHook(sink.target, "cheap")
-    hook.get_sink()
+    # Opening the sink reads its claim once (sink.json says where staging lies): one
+    # read per sink, not per check, so it is not counted below.
+    assert hook.get_sink().layout.staging_root
     with count_storage_requests(LocalStorage) as waiting:
         assert hook.check_precommit(txn.to_dict()).status == "waiting"
     manifest = sink.precommit(txn)

@@ -72,8 +72,9 @@ def _doc(txn: Any, conn_id: str | None = None, public: dict | None = None) -> di
 
 
 @pytest.fixture(scope="module")
-def seeded(dagbag, moto_endpoint, tmp_path_factory) -> dict[str, Any]:
-    """The transactions the pages show (see the module docstring)."""
+def seeded(api_process, dagbag, moto_endpoint, tmp_path_factory) -> dict[str, Any]:
+    """The transactions the pages show (see the module docstring); made while the API
+    server starts (its start-up is most of this module's time)."""
     import boto3
     from airflow import settings
     from airflow.dag_processing.bundles.manager import DagBundlesManager
@@ -113,8 +114,6 @@ def seeded(dagbag, moto_endpoint, tmp_path_factory) -> dict[str, Any]:
     public = {"endpoint_url": moto_endpoint, "region_name": "us-east-1"}
     boto3.client("s3", aws_access_key_id="run-page", aws_secret_access_key=S3_SECRET,
                  **public).create_bucket(Bucket="tpc-run-page")
-    os.environ[f"AIRFLOW_CONN_{S3_CONN.upper()}"] = json.dumps({
-        "conn_type": "generic", "login": "run-page", "password": S3_SECRET, "extra": public})
     s3 = Sink("s3://tpc-run-page/daily", "tpc_run_page_s3",
               storage_options={**public, "key": "run-page", "secret": S3_SECRET})
     s3_txn = s3.begin(EPOCH, owner={**owner, "dag_id": S3_DAG_ID, "run_id": S3_RUN_ID})
@@ -132,33 +131,27 @@ def seeded(dagbag, moto_endpoint, tmp_path_factory) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def server(seeded, airflow_db, tmp_path_factory) -> Iterator[str]:
-    """``airflow api-server`` on a free 127.0.0.1 port, this session's home and DB."""
+def api_process(airflow_db, moto_endpoint, tmp_path_factory) -> Iterator[tuple[Any, str, Path]]:
+    """``airflow api-server`` started on a free 127.0.0.1 port (this session's home and
+    DB, the simple auth manager with an admin and a viewer, the S3 connection)."""
     home = tmp_path_factory.mktemp("api_server")
     passwords = home / "passwords.json"
     passwords.write_text(json.dumps(PASSWORDS))
+    os.environ[f"AIRFLOW_CONN_{S3_CONN.upper()}"] = json.dumps({
+        "conn_type": "generic", "login": "run-page", "password": S3_SECRET,
+        "extra": {"endpoint_url": moto_endpoint, "region_name": "us-east-1"}})
     port = _free_port()
     env = {**os.environ,
            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer",
            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False"}
-    log = open(home / "api-server.log", "wb")  # noqa: SIM115 (closed below)
+    log_path = home / "api-server.log"
+    log = open(log_path, "wb")  # noqa: SIM115 (closed below)
     proc = subprocess.Popen([sys.executable, "-m", "airflow", "api-server", "-H", "127.0.0.1",
                              "-p", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 300  # start-up on a busy 2-core machine
-        while True:
-            assert proc.poll() is None, (home / "api-server.log").read_text()[-3000:]
-            try:
-                if httpx.get(f"{base}/api/v2/monitor/health", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "api-server did not answer within 300 s"
-            time.sleep(0.5)
-        yield base
+        yield proc, f"http://127.0.0.1:{port}", log_path
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -167,6 +160,22 @@ def server(seeded, airflow_db, tmp_path_factory) -> Iterator[str]:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
         log.close()
+
+
+@pytest.fixture(scope="module")
+def server(api_process, seeded) -> str:
+    """The API server's base URL, once it answers (and the transactions exist)."""
+    proc, base, log_path = api_process
+    deadline = time.monotonic() + 300  # start-up on a busy 2-core machine
+    while True:
+        assert proc.poll() is None, log_path.read_text()[-3000:]
+        try:
+            if httpx.get(f"{base}/api/v2/monitor/health", timeout=5).status_code == 200:
+                return base
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, "api-server did not answer within 300 s"
+        time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,148 @@
+"""The command line on a table target: list, status, abort, recover and gc of an Iceberg
+table (real pyiceberg SQL catalog on SQLite, local warehouse), the catalog given as
+``--catalog-property`` or ``--catalog-config``; a missing pyiceberg and an unreachable
+catalog are one ``error:`` line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pyiceberg  # noqa: F401  (the tables extra, in dev: a missing one fails, never skips)
+
+from airflow_tpc.cli import main
+from airflow_tpc.faults import InjectedCrash, armed
+from airflow_tpc.tables import open_sink
+
+TABLE = "iceberg://local/analytics.events"
+
+
+def _props(tmp_path) -> dict[str, str]:
+    (tmp_path / "warehouse").mkdir(exist_ok=True)
+    return {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db",
+            "warehouse": f"file://{tmp_path}/warehouse"}
+
+
+def _flags(props: dict[str, str]) -> list[str]:
+    return [x for k, v in props.items() for x in ("--catalog-property", f"{k}={v}")]
+
+
+def _stage(sink, epoch: str, ids: list[int]):
+    txn = sink.begin(epoch)
+    path = txn.staging_uri.removeprefix("file://") + "/part-0.parquet"
+    sink.storage.put(path, b"")
+    pq.write_table(pa.table({"id": pa.array(ids, pa.int64()),
+                             "epoch": pa.array([epoch] * len(ids))}), path)
+    return txn, sink.precommit(txn)
+
+
+def _target(tmp_path):
+    props = _props(tmp_path)
+    sink = open_sink(TABLE, "cli-ns", catalog_properties=props)
+    txn, m = _stage(sink, "2026-11-01", [1, 2, 3])
+    sink.commit(txn, expected_digest=m.digest)
+    pending, _ = _stage(sink, "2026-11-02", [4])
+    decided, m3 = _stage(sink, "2026-11-03", [5])
+    try:
+        with armed("commit.after_decision"):
+            sink.commit(decided, expected_digest=m3.digest)
+    except InjectedCrash:
+        pass
+    return sink, props
+
+
+def _snapshots(props) -> list:
+    from pyiceberg.catalog import load_catalog
+
+    return list(load_catalog("local", **props).load_table("analytics.events").snapshots())
+
+
+def test_list_and_status_of_a_table(tmp_path, capsys):
+    _, props = _target(tmp_path)
+    assert main(["list", TABLE, *_flags(props)]) == 0
+    out = capsys.readouterr().out
+    assert "PRECOMMITTED" in out and "not yet promoted" in out and "COMMITTED" in out
+    assert main(["status", TABLE, "--json", *_flags(props)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["namespace"] == "cli-ns" and doc["committed_epochs"] == ["2026-11-01"]
+
+
+def test_abort_recover_gc_of_a_table(tmp_path, capsys):
+    sink, props = _target(tmp_path)
+    assert len(_snapshots(props)) == 1
+    assert main(["abort", TABLE, "--epoch", "2026-11-02", *_flags(props)]) == 0
+    assert "aborted cli-ns/2026-11-02/1" in capsys.readouterr().out
+    assert main(["recover", TABLE, "--json", *_flags(props)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["rolled_forward"] == [["2026-11-03", 1]]
+    # the roll-forward is one snapshot; the aborted epoch never reached the table
+    assert [s.summary["airflow-tpc.epoch"] for s in _snapshots(props)] == \
+        ["2026-11-01", "2026-11-03"]
+    assert set(sink.committed_files()) == {"2026-11-01", "2026-11-03"}
+    assert main(["gc", TABLE, *_flags(props)]) == 0
+    assert "removed staging" in capsys.readouterr().out
+    assert [i.staging_files for i in sink.describe("2026-11-02")] == [0]
+
+
+def test_catalog_config_file_json_and_pyiceberg_yaml(tmp_path, capsys):
+    _, props = _target(tmp_path)
+    flat = tmp_path / "cat.json"
+    flat.write_text(json.dumps(props))
+    assert main(["status", TABLE, "--json", "--catalog-config", str(flat)]) == 0
+    assert json.loads(capsys.readouterr().out)["committed_epochs"] == ["2026-11-01"]
+    yaml_file = tmp_path / ".pyiceberg.yaml"
+    yaml_file.write_text("catalog:\n  local:\n" + "".join(
+        f"    {k}: '{v}'\n" for k, v in props.items()))
+    assert main(["list", TABLE, "--json", "--catalog-config", str(yaml_file)]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 3
+    other = tmp_path / "other.yaml"
+    other.write_text("catalog:\n  elsewhere:\n    type: sql\n")
+    assert main(["list", TABLE, "--catalog-config", str(other)]) == 2
+    assert "no catalog 'local'" in capsys.readouterr().err
+
+
+def test_bad_input_is_one_line(tmp_path, capsys):
+    _, props = _target(tmp_path)
+    assert main(["list", TABLE, "--catalog-property", "no-equals-sign"]) == 2
+    assert "KEY=VALUE" in capsys.readouterr().err
+    assert main(["list", str(tmp_path / "folder"), *_flags(props)]) == 2
+    assert "not a table" in capsys.readouterr().err
+    assert main(["abort", TABLE, "--epoch", "2026-11-02", "--namespace", "other",
+                 *_flags(props)]) == 2
+    assert "belongs to namespace 'cli-ns'" in capsys.readouterr().err
+
+
+def test_unreachable_catalog_and_missing_pyiceberg_are_one_error_line(tmp_path):
+    bad = ["--catalog-property", "type=sql", "--catalog-property",
+           f"uri=sqlite:///{tmp_path}/no/such/dir/catalog.db",
+           "--catalog-property", f"warehouse=file://{tmp_path}"]
+    proc = subprocess.run([sys.executable, "-m", "airflow_tpc", "list", TABLE, *bad],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error:") and "Traceback" not in proc.stderr
+    assert "catalog 'local'" in proc.stderr
+    # pyiceberg not installed: the import is blocked the way a missing package fails
+    code = ("import sys; sys.modules['pyiceberg'] = None; from airflow_tpc.cli import main; "
+            f"sys.exit(main(['list', {TABLE!r}, '--catalog-property', 'type=sql']))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert "pip install 'airflow-tpc[tables]'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_delta_table_target(tmp_path, capsys):
+    """A Delta target (no catalog): the same commands through the same open_sink."""
+    target = f"delta+file://{tmp_path}/dt"
+    sink = open_sink(target, "cli-delta")
+    txn, m = _stage(sink, "2026-11-01", [1, 2])
+    sink.commit(txn, expected_digest=m.digest)
+    _stage(sink, "2026-11-02", [3])
+    assert main(["status", target, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["namespace"] == "cli-delta" and doc["committed_epochs"] == ["2026-11-01"]
+    assert main(["abort", target, "--epoch", "2026-11-02"]) == 0
+    assert "aborted cli-delta/2026-11-02/1" in capsys.readouterr().out
+    assert [str(i.state) for i in sink.describe("2026-11-02")] == ["ABORTED"]
