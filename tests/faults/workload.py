@@ -75,13 +75,18 @@ class ReadCommittedProbe:
 
     def view(self) -> dict[str, Digests]:
         etags: dict[str, str] = {}
+        # The target's parent: "manifest" mode publishes files where they were staged,
+        # beside the target (<parent>/_tpc_staging/<name>/, docs/PROTOCOL.md §2).
+        parent = self.root.rpartition("/")[0]
         pages = self.client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=self.root + "/")
+            Bucket=self.bucket, Prefix=parent + "/" if parent else "")
         for page in pages:
             for obj in page.get("Contents", []):
                 etags[obj["Key"]] = obj["ETag"].strip('"')
         out: dict[str, Digests] = {}
         for key, etag in etags.items():
+            if not key.startswith(self.root + "/"):
+                continue
             rel = key[len(self.root) + 1:]
             first, _, rest = rel.partition("/")
             if rest != PUBLISHED_MARKER or not first.startswith("epoch="):
