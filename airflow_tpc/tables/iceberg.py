@@ -296,9 +296,9 @@ class IcebergTarget:
         gives against the table's schema and spec (JSON: ids as strings, bounds hex)."""
         if table is None:
             return {uri: {"rows": md.num_rows} for uri, md in footers.items()}
-        return {uri: {"rows": md.num_rows, "iceberg": stats}
-                for uri, md in footers.items()
-                for stats in [_iceberg_stats(md, table.metadata)]}
+        plan = _stats_plan(table.metadata)
+        return {uri: {"rows": md.num_rows, "iceberg": _iceberg_stats(md, table.metadata, plan)}
+                for uri, md in footers.items()}
 
     def check_staged(self, uris: list[str], epoch: str, table: Table | None, *,
                      decided: str | None = None,
@@ -387,22 +387,26 @@ def _epoch_problems(uri: str, md: Any, schema: pa.Schema, epoch: str) -> list[st
     return []
 
 
-def _iceberg_stats(md: Any, meta: Any, plan: Any = None) -> dict[str, Any] | None:
-    """A footer's DataFile statistics and partition (as pyiceberg's ``add_files`` infers
-    them), JSON-ready; None if they do not serialise (the commit then reads it)."""
-    from pyiceberg.io.pyarrow import (
-        compute_statistics_plan,
-        data_file_statistics_from_parquet_metadata,
-        parquet_path_to_id_mapping,
-    )
+def _stats_plan(meta: Any) -> tuple[Any, Any, Any, Any]:
+    """What every file's statistics are computed with (once per table state)."""
+    from pyiceberg.io.pyarrow import compute_statistics_plan, parquet_path_to_id_mapping
 
     schema = meta.schema()
+    return (schema, meta.spec(), compute_statistics_plan(schema, meta.properties),
+            parquet_path_to_id_mapping(schema))
+
+
+def _iceberg_stats(md: Any, meta: Any, plan: tuple[Any, Any, Any, Any] | None = None
+                   ) -> dict[str, Any] | None:
+    """A footer's DataFile statistics and partition (as pyiceberg's ``add_files`` infers
+    them), JSON-ready; None if they do not serialise (the commit then reads it)."""
+    from pyiceberg.io.pyarrow import data_file_statistics_from_parquet_metadata
+
     try:
+        schema, spec, columns, mapping = plan or _stats_plan(meta)
         stats = data_file_statistics_from_parquet_metadata(
-            parquet_metadata=md,
-            stats_columns=compute_statistics_plan(schema, meta.properties),
-            parquet_column_mapping=parquet_path_to_id_mapping(schema))
-        partition = list(stats.partition(meta.spec(), schema)) if md.num_rows else None
+            parquet_metadata=md, stats_columns=columns, parquet_column_mapping=mapping)
+        partition = list(stats.partition(spec, schema)) if md.num_rows else None
     except Exception:  # a file the check refuses anyway, or a value not to infer
         return None
     if partition is not None and not all(v is None or isinstance(v, (str, int))
@@ -672,9 +676,10 @@ class IcebergSnapshot(Strategy):
                 if problems:
                     raise StorageError("; ".join(problems[:5]))
                 found = {**found, **more}
+            plan = _stats_plan(tmeta) if any(st is None for st in by_uri.values()) else None
             for uri, st in list(by_uri.items()):
                 if st is None:
-                    by_uri[uri] = _iceberg_stats(found[uri], tmeta)
+                    by_uri[uri] = _iceberg_stats(found[uri], tmeta, plan)
                     if by_uri[uri] is None:
                         raise StorageError(f"cannot read the statistics of {uri}")
             return [_data_file(uri, sizes[uri], st, tmeta.default_spec_id)
