@@ -98,8 +98,14 @@ def _commit_requests(fmt: str, n: int, tmp_path, proxy, bucket) -> tuple[int, li
     sink = _sink(fmt, tmp_path, proxy, bucket, f"t{n}")
     txn, _ = _stage(sink, "2026-01-01", 1)
     assert sink.commit(txn).outcome == "committed"
+    proxy.reset_stats()
     txn, manifest = _stage(sink, "2026-01-02", n)
     assert manifest.table_stats is not None
+    # Pre-commit reads each footer once: pyarrow's open (a HEAD for the size: its
+    # Python API takes no known size) and one ranged GET, nothing else per file.
+    footer_reads = [(m, p) for m, p in proxy.seen if "/part-" in p and m in ("GET", "HEAD")]
+    assert len({p for _, p in footer_reads}) == n
+    assert len(footer_reads) <= 2 * n, footer_reads
     sink = _sink(fmt, tmp_path, proxy, bucket, f"t{n}")  # a new process: nothing cached
     proxy.reset_stats()
     assert sink.commit(txn).outcome == "committed"
