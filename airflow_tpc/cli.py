@@ -39,6 +39,7 @@ from .sink import Progress, Sink
 from .storage import open_storage
 from .storage.s3 import redact_endpoint_url
 from .transaction import SinkConfig
+from .units import human_bytes
 
 #: The CLI's S3 client budget (the library's defaults suit long-running tasks: 10 attempts,
 #: 10 s connect timeout, which made an unreachable endpoint a minute and more of silence).
@@ -204,14 +205,7 @@ def _age(seconds: float | None) -> str:
 
 
 def _human_bytes(n: Any) -> Any:
-    if not isinstance(n, int) or isinstance(n, bool):
-        return n
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return n  # pragma: no cover
+    return human_bytes(n) if isinstance(n, int) and not isinstance(n, bool) else n
 
 
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:

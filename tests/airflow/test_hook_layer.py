@@ -213,8 +213,10 @@ def test_check_precommit_failure_signals(tmp_path, airflow_db):
 
 def test_nospark_run_ready_poke_is_cheap_commit_publishes(dagbag, data_root):
     """A real DAG run: the sensor's one "ready" poke on an epoch with two failed earlier
-    attempts makes one listing and two reads (counted on the real local store), the
-    pointer it pushes is what commit publishes, once."""
+    attempts makes one listing and three reads (counted on the real local store): the
+    claim (a poke opens a fresh sink, which reads where staging lies), the begin record
+    and the manifest — the same with any number of earlier attempts.  The pointer it
+    pushes is what commit publishes, once."""
     from airflow_tpc.airflow.operators import target_asset
 
     target = os.path.join(data_root, "nospark_target")
@@ -224,7 +226,7 @@ def test_nospark_run_ready_poke_is_cheap_commit_publishes(dagbag, data_root):
     dr = dag.test(logical_date=day("2026-07-01"), run_conf={"epoch": "2026-07-01", "stale": 2})
     assert dr.state == "success", states(dr)
     counts = xcom_value(NOSPARK, dr.run_id, "wait_precommit", "storage_requests")
-    assert listings_and_reads(counts) == (1, 2, {}), counts
+    assert listings_and_reads(counts) == (1, 3, {}), counts
     pointer = xcom_value(NOSPARK, dr.run_id, "wait_precommit", "return_value")
     assert pointer["txn_id"] == f"{NOSPARK}/2026-07-01/3"
     sink = Sink(target, NOSPARK)

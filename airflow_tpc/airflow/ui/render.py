@@ -17,6 +17,8 @@ from importlib.resources import files
 from typing import Any
 from urllib.parse import urlencode
 
+from ... import units
+
 #: Transaction states an operator may still abort from the page.
 ABORTABLE = frozenset({"OPEN", "PRECOMMITTED"})
 _DASH = '<span class="none">—</span>'
@@ -33,14 +35,7 @@ def esc(value: Any) -> str:
 
 def human_bytes(n: int | None) -> str:
     """1536 -> '1.5 KiB'; None -> a dash."""
-    if n is None:
-        return _DASH
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")
+    return _DASH if n is None else units.human_bytes(n)
 
 
 def human_duration(seconds: float) -> str:
