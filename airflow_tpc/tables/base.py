@@ -337,3 +337,28 @@ class TableSink(Sink):
                         self._staged_uris(txn, [f.path for f in manifest.files]), txn.epoch,
                         table)
         return super().commit(txn, expected_digest=expected_digest, force=force)
+
+
+def epoch_column_problems(uri: str, md: Any, schema: Any, epoch: str) -> list[str]:
+    """The staged file's ``epoch`` column (present) is a string holding only ``epoch``,
+    judged from the footer's row-group statistics (no data read).  Shared by the
+    table formats; each decides what a file *without* the column means."""
+    import pyarrow as pa
+
+    typ = schema.field(EPOCH_COLUMN).type
+    if not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
+        return [f"{uri}: column {EPOCH_COLUMN!r} is {typ}, not a string"]
+    for rg in range(md.num_row_groups):
+        group = md.row_group(rg)
+        if group.num_rows == 0:
+            continue
+        col = next(group.column(i) for i in range(group.num_columns)
+                   if group.column(i).path_in_schema == EPOCH_COLUMN)
+        stats = col.statistics
+        if stats is None or not stats.has_min_max or stats.null_count:
+            return [f"{uri}: column {EPOCH_COLUMN!r} has nulls or no statistics; every row "
+                    f"must hold {epoch!r}"]
+        if stats.min != epoch or stats.max != epoch:
+            return [f"{uri}: column {EPOCH_COLUMN!r} holds {stats.min!r}..{stats.max!r}, "
+                    f"not only this epoch {epoch!r}"]
+    return []

@@ -70,6 +70,7 @@ from .base import (
     TableSchemaError,
     TableSink,
     commit_properties,
+    epoch_column_problems,
     norm_uri,
     read_footers,
     read_sealed_stats,
@@ -509,27 +510,9 @@ def _first_line(exc: Exception) -> str:
 
 def _epoch_problems(uri: str, md: Any, schema: pa.Schema, epoch: str) -> list[str]:
     """If the file holds an ``epoch`` column, every row must hold this epoch."""
-    import pyarrow as pa
-
     if EPOCH_COLUMN not in schema.names:
         return []  # Delta takes the value from the log's partitionValues
-    typ = schema.field(EPOCH_COLUMN).type
-    if not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
-        return [f"{uri}: column {EPOCH_COLUMN!r} is {typ}, not a string"]
-    for rg in range(md.num_row_groups):
-        group = md.row_group(rg)
-        if group.num_rows == 0:
-            continue
-        col = next(group.column(i) for i in range(group.num_columns)
-                   if group.column(i).path_in_schema == EPOCH_COLUMN)
-        stats = col.statistics
-        if stats is None or not stats.has_min_max or stats.null_count:
-            return [f"{uri}: column {EPOCH_COLUMN!r} has nulls or no statistics; every row "
-                    f"must hold {epoch!r}"]
-        if stats.min != epoch or stats.max != epoch:
-            return [f"{uri}: column {EPOCH_COLUMN!r} holds {stats.min!r}..{stats.max!r}, "
-                    f"not only this epoch {epoch!r}"]
-    return []
+    return epoch_column_problems(uri, md, schema, epoch)
 
 
 def _creatable_problems(schema: pa.Schema) -> list[str]:

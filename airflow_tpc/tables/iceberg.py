@@ -68,6 +68,7 @@ from .base import (
     TableSchemaError,
     TableSink,
     commit_properties,
+    epoch_column_problems,
     norm_uri,
     read_footers,
     read_sealed_stats,
@@ -363,28 +364,10 @@ class IcebergTarget:
 
 
 def _epoch_problems(uri: str, md: Any, schema: pa.Schema, epoch: str) -> list[str]:
-    import pyarrow as pa
-
     if EPOCH_COLUMN not in schema.names:
         return [f"{uri} has no column {EPOCH_COLUMN!r} (the job writes it, holding the epoch "
                 f"{epoch!r}: Iceberg infers each file's partition from it)"]
-    typ = schema.field(EPOCH_COLUMN).type
-    if not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
-        return [f"{uri}: column {EPOCH_COLUMN!r} is {typ}, not a string"]
-    for rg in range(md.num_row_groups):
-        group = md.row_group(rg)
-        if group.num_rows == 0:
-            continue
-        col = next(group.column(i) for i in range(group.num_columns)
-                   if group.column(i).path_in_schema == EPOCH_COLUMN)
-        stats = col.statistics
-        if stats is None or not stats.has_min_max or stats.null_count:
-            return [f"{uri}: column {EPOCH_COLUMN!r} has nulls or no statistics; every row "
-                    f"must hold {epoch!r}"]
-        if stats.min != epoch or stats.max != epoch:
-            return [f"{uri}: column {EPOCH_COLUMN!r} holds {stats.min!r}..{stats.max!r}, "
-                    f"not only this epoch {epoch!r}"]
-    return []
+    return epoch_column_problems(uri, md, schema, epoch)
 
 
 def _stats_plan(meta: Any) -> tuple[Any, Any, Any, Any]:
