@@ -173,6 +173,12 @@ def main() -> int:
     expected = {"2026-11-01": 30_000, "2026-11-02": 20_000, "2026-11-03": 20_000}
     ok &= rows == expected
     ok &= _show_table(home, runs, expected)
+    props = _catalog_properties(home)
+    print("\n== look at it yourself (the command line)")
+    print(f"  .venv/bin/airflow-tpc list {target}")
+    print(f"  .venv/bin/airflow-tpc status {TABLE} --catalog-property type=sql "
+          f"--catalog-property uri={props['uri']} --catalog-property "
+          f"warehouse={props['warehouse']}")
     print(f"\n{'OK' if ok else 'UNEXPECTED'}: each epoch published exactly once, in the "
           f"folder and in the Iceberg table (expected events per epoch {expected})")
     return 0 if ok else 1
