@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import StorageError, UnsupportedStorage
 
@@ -116,6 +117,12 @@ class Storage(ABC):
     @abstractmethod
     def iter_chunks(self, path: str) -> Iterable[bytes]:
         """Stream the content of ``path``."""
+
+    def open_input(self, path: str) -> Any:
+        """A seekable binary file of ``path`` for ranged reads (a Parquet footer: the
+        tail, not the whole object).  The caller closes it.  A store that cannot says
+        so (what it would cost a reader is then unknown, never guessed)."""
+        raise UnsupportedStorage(f"{type(self).__name__} has no ranged reads")
 
     # -- writing --------------------------------------------------------------
     @abstractmethod

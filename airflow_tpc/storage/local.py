@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from ..errors import StorageError
 from .base import CHUNK, ObjectInfo, Storage
@@ -85,6 +86,12 @@ class LocalStorage(Storage):
             with open(path, "rb") as fh:
                 while chunk := fh.read(CHUNK):
                     yield chunk
+        except OSError as exc:
+            raise StorageError(f"cannot read {path}: {exc.strerror}") from None
+
+    def open_input(self, path: str) -> Any:
+        try:
+            return open(path, "rb")  # noqa: SIM115 - the caller closes it
         except OSError as exc:
             raise StorageError(f"cannot read {path}: {exc.strerror}") from None
 

@@ -263,6 +263,14 @@ class S3Storage(Storage):
         except Exception as exc:  # noqa: BLE001
             raise self._fail("read", path, exc) from None
 
+    def open_input(self, path: str) -> Any:
+        try:
+            return self.fs.open(path, "rb", block_size=64 * 1024, cache_type="readahead")
+        except FileNotFoundError:
+            raise StorageError(f"{self.uri(path)} does not exist") from None
+        except Exception as exc:  # noqa: BLE001
+            raise self._fail("read", path, exc) from None
+
     def list(self, prefix: str) -> list[ObjectInfo]:
         try:
             found = self.fs.find(prefix.rstrip("/") + "/", detail=True, withdirs=False)
