@@ -100,11 +100,18 @@ def full_tree(sink: Sink, *extra_dirs: str) -> dict[str, bytes | str]:
     "Changes nothing" is asserted on this, not on the published files alone.
     """
     out: dict[str, bytes | str] = {}
+    # Staging lies beside the target for new targets (<parent>/_tpc_staging/<name>):
+    # it is part of what "changes nothing" covers.
+    tops = [sink.layout.root]
+    staging = sink.layout.staging_root
+    if not staging.startswith(sink.layout.root.rstrip("/") + "/"):
+        tops.append(staging)
     if sink.storage.scheme != "file":
-        for info in sink.storage.list(sink.layout.root):
-            out[info.path] = sink.storage.read_bytes(info.path)
+        for top in tops:
+            for info in sink.storage.list(top):
+                out[info.path] = sink.storage.read_bytes(info.path)
         return out
-    for top in (sink.layout.root, *extra_dirs):
+    for top in (*tops, *extra_dirs):
         out.update(local_tree(top))
     return out
 
