@@ -10,7 +10,7 @@ import pytest
 from airflow_tpc import ManifestError, Sink, TxnState
 from airflow_tpc.manifest import MANIFEST_NAME, digest_of
 
-from .helpers import snapshot, stage
+from .helpers import full_tree, snapshot, stage
 
 
 def _redigest(doc):
@@ -82,10 +82,10 @@ def _manifest_path(sink, txn):
 
 
 def _refused_and_unchanged(sink, txn, match, **kwargs):
-    before = snapshot(sink, include_ledger=True)
+    before = full_tree(sink)  # ledger, staging (beside the target) and data, byte for byte
     with pytest.raises(ManifestError, match=match):
         sink.commit(txn, **kwargs)
-    assert snapshot(sink, include_ledger=True) == before
+    assert full_tree(sink) == before
     assert sink.describe("1")[-1].state is TxnState.PRECOMMITTED
     assert sink.committed_files()["1"] and all("a000002" not in u for u in
                                                sink.committed_files()["1"])
