@@ -1056,7 +1056,8 @@ def render(args: argparse.Namespace, data: dict[str, Any], local: list[LocalResu
 # ----------------------------------------------------------------------- main
 def command_line(args: argparse.Namespace) -> str:
     """The command as a reader would type it (defaults left out)."""
-    cmd = ".venv/bin/python bench/bench_core.py" + (" --quick" if args.quick else "")
+    cmd = ".venv/bin/python bench/bench_core.py" + (" --quick" if args.quick else "") \
+        + (" --smoke" if args.smoke else "")
     if args.reps:
         cmd += f" --reps {args.reps}"
     for o in args.only or []:
@@ -1070,6 +1071,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="smaller sizes and fewer repetitions (a few minutes on 2 cores)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes, one repetition: proves the benchmark runs (the test "
+                        "suite does this); its figures mean nothing")
     parser.add_argument("--output", default=str(DEFAULT_OUTPUT),
                         help="markdown file to write (default: docs/benchmarks.md); '-' for none")
     parser.add_argument("--workdir", default=None,
@@ -1101,6 +1105,9 @@ def main(argv: list[str] | None = None) -> int:
     s3_n = 200 if args.quick else 1_000
     s3_reps = args.reps or (2 if args.quick else 3)
     profile_n = 10_000
+    if args.smoke:
+        local_sizes, v2_max, reps, history_epochs = [200], 200, 1, 5
+        history_sizes, s3_n, s3_reps, profile_n = [10], 10, 1, 200
     latency = (args.latency_ms[0], args.latency_ms[1])
 
     started = time.perf_counter()
@@ -1164,7 +1171,8 @@ def main(argv: list[str] | None = None) -> int:
     info["Load average (1/5/15 min) at end"] = load_average()
     elapsed = time.perf_counter() - started
     data = {
-        "schema": 2, "command": command_line(args), "mode": "quick" if args.quick else "full",
+        "schema": 2, "command": command_line(args),
+        "mode": "smoke" if args.smoke else "quick" if args.quick else "full",
         "elapsed_s": elapsed, "load_start": round(load_start, 2),
         "load_end": round(os.getloadavg()[0], 2),
         "info": {**info, "cores": os.cpu_count()},

@@ -21,19 +21,15 @@ exists, the pending index exists). Requests per precommit and per commit are the
 proxy's counts per S3 operation. Where the time goes is measured by wrapping (not
 changing) the functions a commit goes through, and by a cProfile of one commit.
 
-``--prototype`` (on by default) adds three Iceberg variants that change how the
-committer gets the files' statistics, by monkeypatching *in this process only*
-(nothing in ``airflow_tpc/`` is edited): **iceberg, footers in parallel once** (each
-check reads the footers 16 at a time, and the table commit reuses the footers the
-switch's check read), **iceberg, stats from pre-commit** (the footers read at
-pre-commit feed the commit: zero footer reads at commit, as if the job wrote each
-file's statistics into the sealed manifest) and **iceberg, stats from pre-commit,
-schema checked once** (the same, with the per-file schema checks run once per
-distinct schema). It also times, without S3, the committer's per-file CPU steps once
+Earlier runs also measured three monkeypatched Iceberg prototypes (footers read in
+parallel once; statistics from pre-commit; schema checked once per distinct schema);
+the shipped committer now does what the last one did (statistics sealed at
+pre-commit), so they were removed; their figures stay in bench/results/tables.json
+and the report. It also times, without S3, the committer's per-file CPU steps once
 it holds the footers (``--cpu-files``). ::
 
     .venv/bin/python bench/bench_tables.py [--quick] [--sizes 1000 10000] [--reps 3]
-        [--paths latency none] [--prototype] [--output docs/benchmarks.md]
+        [--paths latency none] [--output docs/benchmarks.md]
 
 Nothing is asserted: these are measurements, not tests.
 """
@@ -69,10 +65,6 @@ WARMUP_EPOCH = "2025-12-31"
 NAMESPACE = "bench"
 #: How many distinct small files are generated (file i gets body i % DISTINCT).
 DISTINCT = 16
-PROTO_PARALLEL = "iceberg, footers in parallel once"
-PROTO_PRECOMMIT = "iceberg, stats from pre-commit"
-PROTO_DEDUPE = "iceberg, stats from pre-commit, schema checked once"
-PROTOTYPES = (PROTO_PARALLEL, PROTO_PRECOMMIT, PROTO_DEDUPE)
 #: The proxies: "latency" adds --latency-ms to every request, "none" adds nothing.
 PATHS = ("latency", "none")
 
@@ -218,124 +210,6 @@ class PhaseTimer:
         return out  # type: ignore[return-value]
 
 
-# ------------------------------------------------------ the prototypes
-class FooterCache:
-    """Footers (Parquet metadata and size) by URI, read 16 at a time."""
-
-    def __init__(self) -> None:
-        self.md: dict[str, Any] = {}
-        self.size: dict[str, int] = {}
-        self.reads = 0
-
-    def fill(self, io_: Any, uris: list[str]) -> None:
-        import pyarrow.parquet as pq
-
-        def read(uri: str) -> tuple[str, Any, int]:
-            with io_.new_input(uri).open() as stream:
-                return uri, pq.read_metadata(stream), stream.size()
-
-        todo = [u for u in uris if u not in self.md]
-        with ThreadPoolExecutor(16) as pool:
-            for uri, md, size in pool.map(read, todo):
-                self.md[uri], self.size[uri] = md, size
-        self.reads += len(todo)
-
-
-@contextlib.contextmanager
-def prototype(mode: str) -> Iterator[None]:
-    """Patch IcebergTarget.check_staged and pyiceberg's _parquet_files_to_data_files.
-
-    PROTO_PARALLEL: each check reads the footers it needs 16 at a time (the check
-    logic itself is the module's own functions), and the table commit builds its
-    DataFiles from the footers the check just read, instead of reading them again.
-    PROTO_PRECOMMIT: the footers read at pre-commit are kept (standing in for the
-    per-file statistics a job would write where it writes the files, sealed in the
-    manifest); at commit, the check and the DataFiles use them with no footer read.
-    PROTO_DEDUPE: as PROTO_PRECOMMIT, and the schema checks (airflow-tpc's
-    ``_schema_problems`` and pyiceberg's ``_check_pyarrow_schema_compatible``, ~8 ms of
-    CPU a file each here) run once per distinct file schema instead of once per file.
-    """
-    import pyiceberg.table as pt
-    from pyiceberg.io.pyarrow import (
-        _check_pyarrow_schema_compatible,
-        compute_statistics_plan,
-        data_file_statistics_from_parquet_metadata,
-        parquet_path_to_id_mapping,
-    )
-    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-
-    import airflow_tpc.tables.iceberg as ice
-
-    cache = FooterCache()
-    orig_check = ice.IcebergTarget.check_staged
-    orig_files = pt._parquet_files_to_data_files
-    in_commit = {"on": False}
-    from_precommit = mode in (PROTO_PRECOMMIT, PROTO_DEDUPE)
-    once = mode == PROTO_DEDUPE
-
-    def distinct(schemas: dict[str, Any]) -> dict[str, Any]:
-        """uri -> schema, one uri per distinct schema (all of them unless ``once``)."""
-        if not once:
-            return schemas
-        seen: dict[bytes, str] = {}
-        for uri, schema in schemas.items():
-            seen.setdefault(schema.serialize().to_pybytes(), uri)
-        return {u: schemas[u] for u in seen.values()}
-
-    def check_staged(self: Any, uris: list[str], epoch: str, table: Any, *,
-                     decided: str | None = None) -> Any:
-        if mode == PROTO_PARALLEL:
-            cache.md.clear()
-            cache.size.clear()
-        if not (from_precommit and in_commit["on"]):
-            cache.fill(table.io if table is not None else self.file_io(), uris)
-        problems: list[str] = []
-        schemas = {u: cache.md[u].schema.to_arrow_schema().remove_metadata() for u in uris}
-        for uri, schema in schemas.items():
-            problems += ice._epoch_problems(uri, cache.md[uri], schema, epoch)
-        if table is not None:
-            problems += self._table_problems(table)
-            for uri, schema in distinct(schemas).items():
-                problems += ice._schema_problems(uri, schema, table)
-        if problems:
-            raise ice.TableSchemaError("; ".join(problems[:20]))
-        if table is None:  # table creation: the untimed warm-up only
-            return orig_check(self, uris, epoch, table, decided=decided)
-        return next(iter(schemas.values()), None)
-
-    def data_files(table_metadata: Any, file_paths: list[str], io_: Any) -> list[DataFile]:
-        if any(p not in cache.md for p in file_paths):
-            return list(orig_files(table_metadata, file_paths, io_))
-        schema = table_metadata.schema()
-        plan = compute_statistics_plan(schema, table_metadata.properties)
-        mapping = parquet_path_to_id_mapping(schema)
-        out = []
-        checked = set(distinct({p: cache.md[p].schema.to_arrow_schema()
-                                for p in file_paths}))
-        for path in file_paths:
-            md = cache.md[path]
-            if path in checked:
-                _check_pyarrow_schema_compatible(schema, md.schema.to_arrow_schema(),
-                                                 format_version=table_metadata.format_version)
-            stats = data_file_statistics_from_parquet_metadata(
-                parquet_metadata=md, stats_columns=plan, parquet_column_mapping=mapping)
-            out.append(DataFile.from_args(
-                content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET,
-                partition=stats.partition(table_metadata.spec(), schema),
-                file_size_in_bytes=cache.size[path], sort_order_id=None,
-                spec_id=table_metadata.default_spec_id, equality_ids=None, key_metadata=None,
-                **stats.to_serialized_dict()))
-        return out
-
-    ice.IcebergTarget.check_staged = check_staged  # type: ignore[method-assign]
-    pt._parquet_files_to_data_files = data_files
-    try:
-        yield in_commit  # type: ignore[misc]
-    finally:
-        ice.IcebergTarget.check_staged = orig_check  # type: ignore[method-assign]
-        pt._parquet_files_to_data_files = orig_files
-
-
 # ------------------------------------------------- committer CPU once footers are read
 def bench_cpu(n: int, workdir: str) -> list[list[Any]]:
     """What the committer's Python spends per file once it holds the footers (local
@@ -379,9 +253,9 @@ def bench_cpu(n: int, workdir: str) -> list[list[Any]]:
     step("`_epoch_problems` (epoch column statistics)", lambda: [
         ice._epoch_problems("u", m, sc, EPOCH) for m, sc in zip(mds, schemas, strict=True)])
     step("`_schema_problems` (airflow-tpc's schema check), per file", lambda: [
-        ice._schema_problems("u", sc, table) for sc in schemas])
+        ice._schema_problems(sc, table) for sc in schemas])
     step("`_schema_problems` once per distinct schema (dedupe by serialized schema)",
-         lambda: [ice._schema_problems("u", sc, table) for sc in
+         lambda: [ice._schema_problems(sc, table) for sc in
                   {sc.serialize().to_pybytes(): sc for sc in schemas}.values()])
     step("pyiceberg `_check_pyarrow_schema_compatible`, per file", lambda: [
         _check_pyarrow_schema_compatible(schema, m.schema.to_arrow_schema(),
@@ -413,15 +287,12 @@ def run_variant(variant: str, n: int, path: str, rep: int, moto: str, proxies: d
     sink.commit(warm, expected_digest=sink.precommit(warm).digest)
     txn = sink.begin(EPOCH)
     staged_bytes = stage_files(client, txn.staging_uri, n, bodies[EPOCH])
-    proto = prototype(variant) if variant in PROTOTYPES \
-        else contextlib.nullcontext({})
     prof = cProfile.Profile() if profile else None
-    with proto as flags, timer.patched():
+    with timer.patched():
         via.requests()
         t_pre, manifest = core.timed(lambda: sink.precommit(txn))
         pre_req = via.requests()
         pre_phases = timer.take()
-        flags["on"] = True
         if prof is not None:
             prof.enable()
         t_commit, result = core.timed(lambda: sink.commit(txn, expected_digest=manifest.digest))
@@ -459,7 +330,7 @@ def profile_rows(prof: cProfile.Profile, top: int = 14) -> list[list[Any]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
-                        help="smoke run: 100 files, 1 repetition, both paths, prototypes "
+                        help="smoke run: 100 files, 1 repetition, both paths "
                         "(~4 min)")
     parser.add_argument("--sizes", type=int, nargs="+", default=None,
                         help="staged files per commit (default 1000 10000)")
@@ -468,9 +339,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="through the latency proxy, the no-latency proxy, or both")
     parser.add_argument("--variants", nargs="+", default=None,
                         help="subset of: iceberg delta copy manifest (default all available)")
-    parser.add_argument("--prototype", action="store_true",
-                        help="also the two Iceberg prototypes (monkeypatched, this process; "
-                        "on by default unless --variants is given)")
     parser.add_argument("--slow-max", type=int, default=1_000,
                         help="run Iceberg as shipped behind latency only up to this many "
                         "files (default 1000: at 10,000 one commit takes over an hour; its "
@@ -491,14 +359,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sizes = args.sizes or ([100] if args.quick else [1_000, 10_000])
     reps = args.reps or (1 if args.quick else 3)
-    prototypes = args.prototype or args.quick or not args.variants
     variants = args.variants or ["iceberg", "delta", "copy", "manifest"]
     if "delta" in variants and not delta_available():
         log("delta: airflow_tpc.tables has no Delta target yet: not measured")
         variants.remove("delta")
-    if prototypes:
-        variants += [v for v in PROTOTYPES if v not in variants]
-    unknown = set(variants) - {"iceberg", "delta", "copy", "manifest", *PROTOTYPES}
+    unknown = set(variants) - {"iceberg", "delta", "copy", "manifest"}
     if unknown:
         parser.error(f"unknown variants: {', '.join(sorted(unknown))}")
     started = time.perf_counter()
