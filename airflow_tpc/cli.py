@@ -33,7 +33,7 @@ import sys
 from typing import Any
 
 from . import __version__
-from .errors import TpcError
+from .errors import InvalidState, TpcError
 from .ledger import check_attempt
 from .sink import Progress, Sink
 from .storage import open_storage
@@ -267,16 +267,41 @@ def cmd_abort(sink: Sink, args: argparse.Namespace) -> Any:
         else sink.latest_transaction(args.epoch)
     if txn is None:
         raise TpcError(f"epoch {args.epoch} has no transaction")
+    if args.dry_run:
+        return _abort_plan(sink, txn, args.json)
     sink.abort(txn, reason=args.reason)
     return {"aborted": txn.txn_id} if args.json else f"aborted {txn.txn_id}"
+
+
+def _abort_plan(sink: Sink, txn: Any, as_json: bool) -> Any:
+    """What ``abort`` would do to ``txn``, from the ledger's state; nothing is written.
+    A COMMITTED attempt is refused as the real abort refuses it."""
+    found = [i for i in sink.describe(txn.epoch) if i.attempt == txn.attempt]
+    state = str(found[0].state) if found else "OPEN"
+    if state == "COMMITTED":
+        raise InvalidState(f"cannot abort {txn.txn_id}: it is COMMITTED (use a new run of "
+                           "the epoch to replace its output)")
+    done = state in ("ABORTED", "EXPIRED")
+    if as_json:
+        return {"dry_run": True, "txn_id": txn.txn_id, "state": state,
+                "would_abort": None if done else txn.txn_id}
+    if done:
+        return f"dry run: {txn.txn_id} is already {state}; abort would change nothing"
+    what = " and discard its sealed output" if state == "PRECOMMITTED" else ""
+    return f"dry run: would abort {txn.txn_id} ({state}){what}; nothing was changed"
 
 
 def cmd_recover(sink: Sink, args: argparse.Namespace) -> Any:
     report = sink.recover(abort_undecided=args.abort_undecided,
                           ignore_failures_after_timeout=args.ignore_failures_after_timeout,
-                          progress=_progress(args))
+                          progress=_progress(args), dry_run=args.dry_run)
     if args.json:
         return report.to_dict()
+    if args.dry_run:
+        return (f"dry run: nothing was changed; recover would\n"
+                f"roll forward: {report.rolled_forward or 'none'}\n"
+                f"abort: {report.aborted or 'none'}\n"
+                f"clean staging of: {report.cleaned or 'none'}")
     return (f"rolled forward: {report.rolled_forward or 'none'}\n"
             f"aborted: {report.aborted or 'none'}\n"
             f"abandoned: {report.abandoned or 'none'}\n"
@@ -284,8 +309,13 @@ def cmd_recover(sink: Sink, args: argparse.Namespace) -> Any:
 
 
 def cmd_gc(sink: Sink, args: argparse.Namespace) -> Any:
-    cleaned = sink.gc(progress=_progress(args))
-    return {"cleaned": cleaned} if args.json else f"removed staging of {len(cleaned)} attempt(s)"
+    cleaned = sink.gc(progress=_progress(args), dry_run=args.dry_run)
+    if args.json:
+        return {"cleaned": cleaned, "dry_run": True} if args.dry_run else {"cleaned": cleaned}
+    if args.dry_run:
+        return (f"dry run: would remove staging of {len(cleaned)} attempt(s): "
+                f"{cleaned or 'none'}; nothing was changed")
+    return f"removed staging of {len(cleaned)} attempt(s)"
 
 
 def _progress(args: argparse.Namespace) -> Progress | None:
@@ -376,6 +406,8 @@ def build_parser() -> argparse.ArgumentParser:
         if name in ("abort", "recover", "gc"):
             p.add_argument("--allow-foreign-namespace", action="store_true",
                            help="act on a target claimed by another namespace than --namespace")
+            p.add_argument("--dry-run", action="store_true",
+                           help="print what would change and change nothing")
         if name in ("recover", "gc"):
             p.add_argument("-q", "--quiet", action="store_true",
                            help="no progress lines (epoch reached) on stderr")

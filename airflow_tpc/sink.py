@@ -845,7 +845,7 @@ class Sink:
     # ---------------------------------------------------------------- recover
     def recover(self, *, ignore_failures_after_timeout: bool = False,
                 abort_undecided: bool = False, now: float | None = None,
-                progress: Progress | None = None) -> RecoveryReport:
+                progress: Progress | None = None, dry_run: bool = False) -> RecoveryReport:
         """Flink's restore: roll every decided commit forward, abort what is stale.
 
         Stale means superseded by a higher attempt or past the transaction timeout.
@@ -860,10 +860,15 @@ class Sink:
         ``ignore_failures_after_timeout`` a commit that keeps failing is given up —
         loudly — once it is past its timeout (never on a damaged record).
         ``progress(epoch, k, n)`` is called as each of the n epochs is reached.
+
+        ``dry_run=True`` reads what recover reads and writes nothing: the report says
+        which decided commits it would roll forward, which attempts it would abort
+        (the undecided ones below a winning commit too, as ``superseded``) and which
+        finished attempts' staging it would remove; ``report.dry_run`` is set.
         """
         self._check_claim("recover")
         now = time.time() if now is None else now
-        report = RecoveryReport()
+        report = RecoveryReport(dry_run=dry_run)
         scan = self.ledger.scan()
         damaged: set[str] = set()
         for k, epoch in enumerate(sorted(scan, key=epoch_sort_key), 1):
@@ -872,7 +877,8 @@ class Sink:
             attempts = scan[epoch]
             try:
                 self._check_published_claims(epoch, attempts)
-                won = self._finish_epoch_recording(epoch, attempts, report)
+                won = (self._plan_finish_epoch if dry_run
+                       else self._finish_epoch_recording)(epoch, attempts, report)
             except LedgerError as exc:
                 log.error("recover leaves epoch %s of %s untouched: %s", epoch, self.target, exc)
                 report.errors.append((epoch, -1, str(exc)))
@@ -893,24 +899,26 @@ class Sink:
                 begin = self.ledger.get(epoch, attempt, rec, BEGIN)
                 started = begin.started_at if isinstance(begin, Begin) else now
                 timeout = begin.timeout_s if isinstance(begin, Begin) else self.config.timeout_s
+                abort = self._abort if not dry_run else _no_abort
                 if attempt < top:
-                    self._abort(epoch, attempt, f"superseded by attempt {top}")
+                    abort(epoch, attempt, f"superseded by attempt {top}")
                     report.aborted.append((epoch, attempt, "superseded"))
                 elif abort_undecided:
-                    self._abort(epoch, attempt, "undecided at restore (abort_undecided)")
+                    abort(epoch, attempt, "undecided at restore (abort_undecided)")
                     report.aborted.append((epoch, attempt, "restore"))
                 elif now - started > timeout:
-                    self._abort(epoch, attempt, f"expired after {now - started:.0f} s (timeout "
-                                f"{timeout:.0f} s)", expired=True)
+                    abort(epoch, attempt, f"expired after {now - started:.0f} s (timeout "
+                          f"{timeout:.0f} s)", expired=True)
                     report.aborted.append((epoch, attempt, "expired"))
                 elif now - started > self.config.warn_fraction * timeout:
                     log.warning("%s/%s/%d is %.0f s old (timeout %.0f s)", self.namespace,
                                 epoch, attempt, now - started, timeout)
         # Bring the pending index up to date with this full listing (and build it on a
         # target written before it existed), so commits list only unfinished work.
-        self.ledger.sync_pending(scan, self.ledger.pending(), skip=damaged)
+        if not dry_run:
+            self.ledger.sync_pending(scan, self.ledger.pending(), skip=damaged)
         crashpoint("recover.before_cleanup")
-        report.cleaned = self._clean_finished_staging(scan, skip=damaged)
+        report.cleaned = self._clean_finished_staging(scan, skip=damaged, dry_run=dry_run)
         if report.errors:
             first = report.errors[0]
             failed = len(report.errors) - len(damaged)
@@ -932,6 +940,23 @@ class Sink:
         if won is not None and won in pending:
             report.rolled_forward.append((epoch, won))
         return won
+
+    def _plan_finish_epoch(self, epoch: str, attempts: dict[int, AttemptRecords],
+                           report: RecoveryReport) -> int | None:
+        """What :meth:`_finish_epoch_recording` would do, read-only (recover's dry run):
+        the winning commit it would roll forward, the undecided attempts below it it
+        would abort.  Reads the same decisions, so a damaged one raises the same way."""
+        won = self._winner(epoch, attempts)
+        if won is None:
+            return None
+        attempt = won[0]
+        if needs_finishing(attempts[attempt].kinds):
+            report.rolled_forward.append((epoch, attempt))
+        for other, orec in sorted(attempts.items()):
+            if other < attempt and not orec.kinds & DISPLACED_DONE_KINDS \
+                    and self._decision(epoch, other, orec) is None:
+                report.aborted.append((epoch, other, "superseded"))
+        return attempt
 
     def _commit_failed(self, epoch: str, attempts: dict[int, AttemptRecords], exc: Exception,
                        report: RecoveryReport, now: float, ignore: bool) -> None:
@@ -955,11 +980,12 @@ class Sink:
 
     def _clean_finished_staging(self, scan: dict[str, dict[int, AttemptRecords]],
                                 skip: set[str] = frozenset(),  # type: ignore[assignment]
-                                progress: Progress | None = None) -> list[tuple[str, int]]:
+                                progress: Progress | None = None,
+                                dry_run: bool = False) -> list[tuple[str, int]]:
         """Remove staging left by finished transactions (e.g. a zombie's late writes).
 
         Only on the word of records that check out: an epoch with a damaged record
-        (``skip``, or found here) keeps all of its staging.
+        (``skip``, or found here) keeps all of its staging.  ``dry_run``: only say which.
         """
         cleaned = []
         staged = _promote.staging_dirs(self.layout)
@@ -994,7 +1020,9 @@ class Sink:
                               "but the published marker names no attempt at or above it",
                               self.namespace, epoch, attempt)
                     keep = True
-                if not keep:
+                if not keep and dry_run:
+                    cleaned.append((epoch, attempt))
+                elif not keep:
                     if isinstance(decision, AbortDecision):
                         self._remove_aborted(epoch, attempt, decision, best_effort=False)
                         self._close(epoch, attempt, rec)
@@ -1033,11 +1061,14 @@ class Sink:
                     "missing (the ledger was damaged); it is never treated as undecided. "
                     "Nothing was changed; restore the record, or commit a new attempt.")
 
-    def gc(self, *, progress: Progress | None = None) -> list[tuple[str, int]]:
+    def gc(self, *, progress: Progress | None = None,
+           dry_run: bool = False) -> list[tuple[str, int]]:
         """Remove staging of finished transactions (what recover cleans, without the rest).
-        ``progress(epoch, k, n)`` is called as each of the n staged epochs is reached."""
+        ``progress(epoch, k, n)`` is called as each of the n staged epochs is reached;
+        ``dry_run=True`` removes nothing and returns what it would remove."""
         self._check_claim("gc")
-        return self._clean_finished_staging(self.ledger.scan(), progress=progress)
+        return self._clean_finished_staging(self.ledger.scan(), progress=progress,
+                                            dry_run=dry_run)
 
     # ------------------------------------------------------------- inspection
     def describe(self, epoch: str | None = None, *, now: float | None = None) -> list[TxnInfo]:
@@ -1137,3 +1168,7 @@ def _is_utf8(text: str) -> bool:
 
 def _state_of_decision(decision: Decision) -> str:
     return str(derive_state({DECISION}, decision, sealed=True))
+
+
+def _no_abort(epoch: str, attempt: int, reason: str, expired: bool = False) -> None:
+    """Stands in for :meth:`Sink._abort` in recover's dry run: nothing is written."""

@@ -144,6 +144,8 @@ class RecoveryReport:
     abandoned: list[tuple[str, int, str]] = field(default_factory=list)
     errors: list[tuple[str, int, str]] = field(default_factory=list)
     cleaned: list[tuple[str, int]] = field(default_factory=list)
+    #: True when nothing was done: the lists say what recover *would* do.
+    dry_run: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
