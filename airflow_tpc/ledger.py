@@ -48,6 +48,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -233,6 +234,18 @@ class AttemptRecords:
     docs: dict[str, Record] = field(default_factory=dict)
 
 
+#: The field every ledger record carries with its writing call's id (32 hex digits).
+WRITER_FIELD = "writer"
+
+
+def with_writer(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with a fresh per-call writer id.  The storage SDK's own retries of that
+    one call resend the same bytes, so finding them after a lost answer proves the write
+    was ours; any other caller's record differs in this field even when every other
+    field (the clock tick included) is equal.  Readers ignore it."""
+    return {**doc, WRITER_FIELD: uuid.uuid4().hex}
+
+
 class Ledger:
     """Reads and writes ledger records (every write put-if-absent, every read checked),
     and keeps the pending index beside them."""
@@ -288,21 +301,22 @@ class Ledger:
         return doc
 
     def create(self, epoch: str, attempt: int, kind: str, doc: dict[str, Any]) -> bool:
-        """Write a record once.  Returns True if created, False if an identical one existed.
+        """Write a record once; True when this call wrote it.
 
-        A different existing record raises :class:`CommitConflict`: two writers
-        decided differently and this one lost.
+        Finding our own bytes (the SDK retried a request whose answer was lost) is our
+        write; any other existing record raises :class:`CommitConflict`: another writer
+        got there first (records carry a per-call writer id, see :func:`with_writer`).
         """
         path = self.layout.record(epoch, attempt, kind)
-        data = self.encode(doc)
+        data = self.encode(with_writer(doc))
         self._before_write(epoch, attempt, kind)
         if self.storage.put_if_absent(path, data):
             self._after_write(epoch, attempt, kind)
             return True
         existing = self.storage.read_bytes(path)
-        if existing == data:  # our own retried request, or an identical decision
+        if existing == data:  # our own request took effect; its answer was lost
             self._after_write(epoch, attempt, kind)
-            return False
+            return True
         raise CommitConflict(f"{kind} record of epoch {epoch} attempt {attempt} already exists "
                              "with different content")
 
@@ -312,8 +326,13 @@ class Ledger:
 
         An existing record byte-identical to ours counts as created by this call: our
         own request took effect and its answer was lost, so the SDK's retry found it.
+        That is a proof only because every call writes a fresh ``writer`` id into its
+        record (:func:`with_writer`): two callers writing the same decision in the same
+        clock tick no longer produce the same bytes, so exactly one of them is told
+        "created".
         """
         path = self.layout.record(epoch, attempt, kind)
+        doc = with_writer(doc)
         data = self.encode(doc)
         self._before_write(epoch, attempt, kind)
         if self.storage.put_if_absent(path, data):

@@ -44,6 +44,10 @@ ID_BASE = "https://airflow-tpc.invalid/schema/"  # a name, not a fetchable addre
 EPOCH_PATTERN = f"^{EPOCH_RE.pattern}$"
 CHECKSUM_PATTERN = r"^(sha256|md5|etag):[0-9A-Za-z\-]{1,128}$"
 DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
+#: Every ledger record's per-call writer id (optional: records written before it have none).
+WRITER = {"type": "string", "pattern": "^[0-9a-f]{32}$",
+          "description": "a fresh id per writing call: proves a record found after a lost "
+                         "answer is the caller's own"}
 
 _SCALARS: dict[Any, dict[str, Any]] = {
     str: {"type": "string"},
@@ -157,7 +161,7 @@ def begin_schema() -> dict[str, Any]:
     return _document(
         "begin", "airflow-tpc ledger record begin.json",
         "An attempt as it began; its attempt number fences every lower one.",
-        _object(_refine(props), required))
+        _object({**_refine(props), "writer": WRITER}, required))
 
 
 def decision_schema() -> dict[str, Any]:
@@ -170,7 +174,7 @@ def decision_schema() -> dict[str, Any]:
                       "verify": {"enum": list(VERIFY_MODES)},
                       "forced": {"type": "boolean"},
                       "manifest_digest": {"type": "string", "pattern": DIGEST_PATTERN},
-                      "totals": _totals()},
+                      "totals": _totals(), "writer": WRITER},
                      ["format", "version", "outcome", "txn", "txn_id", "staging",
                       "decided_at", "mode", "verify", "forced", "manifest_digest", "totals"])
     legacy_commit = _object({"outcome": {"const": "commit"}, "version": {"const": 1},
@@ -179,7 +183,8 @@ def decision_schema() -> dict[str, Any]:
                             description="Version 1 (airflow-tpc 0.1): read, never written.")
     abort = _object({"outcome": {"const": "abort"}, "reason": {"type": "string"},
                      "expired": {"type": "boolean"}, "decided_at": {"type": "number"},
-                     "txn_id": {"type": "string", "minLength": 1}, "txn": _txn_ref()},
+                     "txn_id": {"type": "string", "minLength": 1}, "txn": _txn_ref(),
+                     "writer": WRITER},
                     ["outcome", "reason", "expired", "decided_at", "txn_id", "txn"])
     return _document(
         "decision", "airflow-tpc ledger record decision.json",
@@ -196,20 +201,21 @@ def fact_schemas() -> dict[str, dict[str, Any]]:
             "published", "airflow-tpc ledger record published.json",
             "The attempt's promotion finished.",
             _object({"published_at": {"type": "number"}, "txn_id": txn_id,
-                     "manifest_digest": {"type": "string", "pattern": DIGEST_PATTERN}},
-                    ["published_at"])),
+                     "manifest_digest": {"type": "string", "pattern": DIGEST_PATTERN},
+                     "writer": WRITER}, ["published_at"])),
         "superseded": _document(
             "superseded", "airflow-tpc ledger record superseded.json",
             "A higher committed attempt displaced this one and its staging is gone.",
-            _object({"by": {"type": "integer", "minimum": 2}}, ["by"])),
+            _object({"by": {"type": "integer", "minimum": 2}, "writer": WRITER}, ["by"])),
         "abandoned": _document(
             "abandoned", "airflow-tpc ledger record abandoned.json",
             "Roll-forward of this decided attempt was given up (gc --abandon).",
-            _object({"at": {"type": "number"}, "error": {"type": "string"}}, [])),
+            _object({"at": {"type": "number"}, "error": {"type": "string"},
+                     "writer": WRITER}, [])),
         "closed": _document(
             "closed", "airflow-tpc ledger record closed.json",
             "An abort was carried out: the attempt's staging is gone.",
-            _object({"closed_at": {"type": "number"}}, ["closed_at"])),
+            _object({"closed_at": {"type": "number"}, "writer": WRITER}, ["closed_at"])),
     }
 
 
