@@ -343,9 +343,9 @@ class IcebergCatalogHook(BaseHook):
     def test_connection(self) -> tuple[bool, str]:
         """Open the catalog and list its namespaces (the UI's *Test* button)."""
         try:
-            from pyiceberg.catalog import load_catalog
+            from airflow_tpc.tables.catalogs import open_catalog
 
-            catalog = load_catalog(self.catalog_conn_id, **self.catalog_properties())
+            catalog = open_catalog(self.catalog_conn_id, self.catalog_properties())
             found = len(catalog.list_namespaces())
         except Exception as exc:
             return False, f"{type(exc).__name__}: {exc}"

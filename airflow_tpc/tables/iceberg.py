@@ -74,6 +74,7 @@ from .base import (
     read_sealed_stats,
     schema_error,
 )
+from .catalogs import ensure_namespace, open_catalog
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -145,10 +146,8 @@ class IcebergTarget:
         and a roll-forward keeps its decision), never a driver's traceback."""
         if self._catalog is None:
             _need_pyiceberg()
-            from pyiceberg.catalog import load_catalog
-
             try:
-                self._catalog = load_catalog(self.catalog_name, **self.catalog_properties)
+                self._catalog = open_catalog(self.catalog_name, self.catalog_properties)
             except Exception as exc:  # sqlalchemy, requests, boto: one clear message
                 raise StorageError(f"cannot open Iceberg catalog {self.catalog_name!r} for "
                                    f"{self.uri}: {type(exc).__name__}: {exc}") from None
@@ -187,8 +186,7 @@ class IcebergTarget:
                 self._location = table.location().rstrip("/")
             else:
                 cat = self.catalog()
-                self._call("create namespace for", cat.create_namespace_if_not_exists,
-                           self.namespace)
+                self._call("create namespace for", ensure_namespace, cat, self.namespace)
                 # pyiceberg's own rule for a new table's location (warehouse, namespace
                 # location property): the table is later created exactly there.
                 self._location = self._call(
@@ -218,7 +216,7 @@ class IcebergTarget:
         spec = PartitionSpec(PartitionField(source_id=field.field_id, field_id=1000,
                                             transform=IdentityTransform(), name=EPOCH_COLUMN))
         cat = self.catalog()
-        self._call("create namespace for", cat.create_namespace_if_not_exists, self.namespace)
+        self._call("create namespace for", ensure_namespace, cat, self.namespace)
         try:
             table = self._call("create", cat.create_table, self.identifier, schema=ice,
                                partition_spec=spec, location=self.location())
