@@ -37,15 +37,21 @@ def run_page_url(dag_id: str, run_id: str) -> str:
     return f"{PLUGIN_URL_PREFIX}/run?{urlencode({'dag_id': dag_id, 'run_id': run_id})}"
 
 
-def manifest_page_url(dag_id: str, run_id: str, epoch: str, attempt: int) -> str:
-    """The plugin's page of one attempt's manifest (files, sizes, checksums, rows)."""
-    query = urlencode({"dag_id": dag_id, "run_id": run_id, "epoch": epoch,
-                       "attempt": int(attempt)})
-    return f"{PLUGIN_URL_PREFIX}/manifest?{query}"
+def manifest_page_url(dag_id: str, run_id: str, epoch: str, attempt: int,
+                      target: str | None = None, namespace: str | None = None) -> str:
+    """The plugin's page of one attempt's manifest (files, sizes, checksums, rows), named
+    by the transaction's full identity: a run holds the same epoch and attempt in every
+    target it writes, so the target and namespace say which."""
+    params: dict[str, Any] = {"dag_id": dag_id, "run_id": run_id, "epoch": epoch,
+                              "attempt": int(attempt)}
+    if target and namespace:
+        params.update(target=target, namespace=namespace)
+    return f"{PLUGIN_URL_PREFIX}/manifest?{urlencode(params)}"
 
 
 class ManifestLink(BaseOperatorLink):
-    """Link to the manifest page of the attempt the commit task committed."""
+    """Link to the manifest page of the attempt the commit task committed: of its own
+    target (the commit summary names target and namespace), never another group's."""
 
     name = "TPC manifest"
 
@@ -63,7 +69,8 @@ class ManifestLink(BaseOperatorLink):
         if not isinstance(summary, dict) or "epoch" not in summary:
             return ""
         return manifest_page_url(ti_key.dag_id, ti_key.run_id, str(summary["epoch"]),
-                                 int(summary["attempt"]))
+                                 int(summary["attempt"]), summary.get("target"),
+                                 summary.get("namespace"))
 
 
 class TransactionLink(BaseOperatorLink):

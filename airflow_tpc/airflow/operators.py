@@ -404,7 +404,8 @@ class CommitOperator(TpcBaseOperator):
         txn, result, was_published = outcome.txn, outcome.result, outcome.was_published
         crashpoint("commit_task.after_commit")
         manifest = result.manifest
-        summary = {"outcome": result.outcome, "txn_id": txn.txn_id, "epoch": txn.epoch,
+        summary = {"outcome": result.outcome, "txn_id": txn.txn_id, "target": txn.target,
+                   "namespace": txn.namespace, "epoch": txn.epoch,
                    "attempt": txn.attempt, "digest": manifest.digest,
                    "files": manifest.total_files, "bytes": manifest.total_bytes,
                    "rows": manifest.total_rows, "manifest_uri": pointer.get("manifest_uri"),

@@ -82,7 +82,9 @@ def precommitted(run_with_txn):
     return {"dag_id": dag_id, "run_id": run_id}, sink, before
 
 
-FORM = {"epoch": EPOCH, "attempt": "1"}
+FORM = {"epoch": EPOCH, "attempt": "1", "task_id": "events.submit"}
+#: What the page's Abort posts: the transaction's full identity (the task that began it).
+BODY = {"epoch": EPOCH, "attempt": 1, "task_id": "events.submit"}
 
 
 @pytest.mark.parametrize("path", ["/airflow-tpc/abort", "/airflow-tpc/api/abort"])
@@ -95,7 +97,7 @@ def test_cookie_only_form_post_from_foreign_origin_is_refused(api_client, precom
         # multipart/form-data
         {"files": {"epoch": (None, EPOCH), "attempt": (None, "1")}},
         # enctype="text/plain" smuggling a JSON document
-        {"content": f'{{"epoch": "{EPOCH}", "attempt": 1}}',
+        {"content": f'{{"epoch": "{EPOCH}", "attempt": 1, "task_id": "events.submit"}}',
          "headers": {"Content-Type": "text/plain"}},
     ]
     for kwargs in forged:
@@ -135,7 +137,7 @@ def test_json_needs_same_origin_and_the_custom_header(api_client, precommitted):
     """JSON alone is not enough: a foreign Origin (a page that CORS would let through),
     a foreign Referer, or a missing custom header is refused."""
     q, sink, before = precommitted
-    body = {"epoch": EPOCH, "attempt": 1}
+    body = BODY
     cases = [
         {CSRF_HEADER: "1", "Origin": FOREIGN},
         {CSRF_HEADER: "1", "Origin": "http://testserver.evil.example"},
@@ -162,7 +164,7 @@ def test_json_needs_same_origin_and_the_custom_header(api_client, precommitted):
 def test_json_with_header_from_same_origin_aborts(api_client, precommitted):
     """What the page's Abort button sends: cookie, same Origin, JSON, custom header."""
     q, sink, before = precommitted
-    r = api_client.post("/airflow-tpc/api/abort", params=q, json={"epoch": EPOCH, "attempt": 1},
+    r = api_client.post("/airflow-tpc/api/abort", params=q, json=BODY,
                         headers={**_session("admin"), "Origin": SAME_ORIGIN,
                                  "Referer": f"{SAME_ORIGIN}/airflow-tpc/?x=1",
                                  "Sec-Fetch-Site": "same-origin"})
@@ -178,7 +180,7 @@ def test_old_form_path_takes_the_json_request_too(api_client, precommitted):
     """/abort (where the old page's form posted) obeys the same rules, and accepts the
     unforgeable request; a client with no Origin at all (curl with a token) is fine."""
     q, sink, _ = precommitted
-    r = api_client.post("/airflow-tpc/abort", params=q, json={"epoch": EPOCH, "attempt": 1},
+    r = api_client.post("/airflow-tpc/abort", params=q, json=BODY,
                         headers={"Authorization": f"Bearer {ui._token('admin')}",
                                  CSRF_HEADER: "1"})
     assert r.status_code == 200, r.text
@@ -189,7 +191,7 @@ def test_base_url_is_the_origin_checked(api_client, precommitted, monkeypatch):
     """With [api] base_url set, the Origin must be that URL's origin, not the Host header."""
     q, sink, before = precommitted
     monkeypatch.setenv("AIRFLOW__API__BASE_URL", "https://Airflow.example.com:443/airflow/")
-    body = {"epoch": EPOCH, "attempt": 1}
+    body = BODY
     headers = _session("admin")
     r = api_client.post("/airflow-tpc/api/abort", params=q, json=body,
                         headers={**headers, "Origin": SAME_ORIGIN})
@@ -204,13 +206,13 @@ def test_base_url_is_the_origin_checked(api_client, precommitted, monkeypatch):
 def test_user_without_edit_permission_is_refused(api_client, precommitted):
     """Per-DAG authorization is kept: a viewer's unforgeable request is still 403."""
     q, sink, before = precommitted
-    r = api_client.post("/airflow-tpc/api/abort", params=q, json={"epoch": EPOCH, "attempt": 1},
+    r = api_client.post("/airflow-tpc/api/abort", params=q, json=BODY,
                         headers={**_session("viewer"), "Origin": SAME_ORIGIN})
     assert r.status_code == 403, r.text
     assert CSRF_HEADER not in r.text and "Origin" not in r.text  # refused by authorization
     _assert_untouched(sink, before)
     # ... while the same request without credentials is 401.
-    r = api_client.post("/airflow-tpc/api/abort", params=q, json={"epoch": EPOCH, "attempt": 1},
+    r = api_client.post("/airflow-tpc/api/abort", params=q, json=BODY,
                         headers={CSRF_HEADER: "1", "Origin": SAME_ORIGIN})
     assert r.status_code == 401, r.text
     _assert_untouched(sink, before)
@@ -243,7 +245,9 @@ def test_page_aborts_with_fetch_not_a_form(api_client, precommitted):
     assert f'<meta name="tpc-csrf" content="{csrf_token(jwt)}">' in page
     assert '"X-Airflow-TPC": csrf' in page and '"Content-Type": "application/json"' in page
     assert 'data-url="/airflow-tpc/api/abort?dag_id=tpc_it_gate&amp;run_id=ui-test-run"' in page
-    assert f'data-epoch="{EPOCH}"' in page and 'data-attempt="1"' in page
+    # The button posts the transaction's full identity, never just epoch and attempt.
+    assert "data-identity=" in page and "&quot;task_id&quot;: &quot;events.submit&quot;" in page
+    assert f"&quot;epoch&quot;: &quot;{EPOCH}&quot;" in page and "&quot;attempt&quot;: 1" in page
 
 
 @pytest.mark.parametrize(("headers", "base_url", "refused"), [

@@ -27,9 +27,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from airflow_tpc import Sink, TxnState
+from airflow_tpc.tables import open_sink
 
 from .helpers import day
 
@@ -44,6 +47,10 @@ S3_DAG_ID, S3_RUN_ID = "tpc_it_s3", "run-page-s3"
 EPOCH = "2026-09-01"
 S3_CONN = "tpc_run_page_s3"
 S3_SECRET = "run-page-S3cret-not-shown"
+#: A run holding the same epoch and attempt in two targets: a folder and an Iceberg table.
+TWO_DAG_ID, TWO_RUN_ID = "tpc_it_two", "run-page-two-targets"
+CAT_CONN = "tpc_run_page_cat"
+TABLE = "iceberg://runpage/analytics.events"
 
 
 def _chromium() -> str:
@@ -72,7 +79,8 @@ def _doc(txn: Any, conn_id: str | None = None, public: dict | None = None) -> di
 
 
 @pytest.fixture(scope="module")
-def seeded(api_process, dagbag, moto_endpoint, tmp_path_factory) -> dict[str, Any]:
+def seeded(api_process, dagbag, moto_endpoint, tmp_path_factory,
+           catalog: dict[str, str]) -> dict[str, Any]:
     """The transactions the pages show (see the module docstring); made while the API
     server starts (its start-up is most of this module's time)."""
     import boto3
@@ -121,19 +129,70 @@ def seeded(api_process, dagbag, moto_endpoint, tmp_path_factory) -> dict[str, An
     s3.precommit(s3_txn, rows={"part-0.parquet": 250_000})
     assert s3.commit(s3_txn).outcome == "committed"
 
+    # 3. One run of tpc_it_two writing two targets, attempt 1 of EPOCH in each: a folder
+    # (task events.submit) and an Iceberg table (task daily.submit), both pre-committed.
+    sdag_two = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(
+        dagbag.get_dag(TWO_DAG_ID)))
+    with settings.Session() as session:
+        get_or_create_dagrun(dag=sdag_two, run_id=TWO_RUN_ID, logical_date=None,
+                             data_interval=None, run_after=day(EPOCH),
+                             conf=None, triggered_by=DagRunTriggeredByType.TEST,
+                             triggering_user_name="test", start_date=day(EPOCH),
+                             session=session)
+        session.commit()
+    two_owner = {"dag_id": TWO_DAG_ID, "run_id": TWO_RUN_ID}
+    folder = Sink(str(tmp_path_factory.mktemp("run_page_two") / "events"), "tpc_two")
+    folder_txn = folder.begin(EPOCH, owner={**two_owner, "task_id": "events.submit"})
+    _stage(folder, folder_txn, {"part-0.parquet": b"f" * 100})
+    folder.precommit(folder_txn)
+    table = open_sink(TABLE, "tpc_two", catalog_properties=catalog)
+    table_txn = table.begin(EPOCH, owner={**two_owner, "task_id": "daily.submit"})
+    staged = table.storage.join(table.layout.staging(EPOCH, table_txn.attempt), "part-0.parquet")
+    table.storage.put(staged, b"")
+    pq.write_table(pa.table({"id": pa.array([1, 2, 3], pa.int64()),
+                             "epoch": pa.array([EPOCH] * 3)}), staged)
+    table.precommit(table_txn)
+    assert (folder_txn.epoch, folder_txn.attempt) == (table_txn.epoch, table_txn.attempt)
+
     with settings.Session() as session:
         XComModel.set(key="tpc_txn", value=_doc(open_txn), dag_id=DAG_ID,
                       task_id="events.submit", run_id=RUN_ID, session=session)
+        XComModel.set(key="tpc_txn", value=_doc(folder_txn), dag_id=TWO_DAG_ID,
+                      task_id="events.submit", run_id=TWO_RUN_ID, session=session)
+        XComModel.set(key="tpc_txn", value={**_doc(table_txn), "table": TABLE,
+                                            "catalog_conn_id": CAT_CONN},
+                      dag_id=TWO_DAG_ID, task_id="daily.submit", run_id=TWO_RUN_ID,
+                      session=session)
         XComModel.set(key="tpc_txn", value=_doc(s3_txn, S3_CONN, public), dag_id=S3_DAG_ID,
                       task_id="events.submit", run_id=S3_RUN_ID, session=session)
         session.commit()
-    return {"nospark_run": nospark.run_id, "local": local, "s3": s3, "open": open_txn}
+    # 4. A real run of two groups (two folders, the same epoch and attempt): each commit
+    # task stores its own TPC manifest link.
+    two = dagbag.get_dag("tpc_it_two").test(logical_date=day("2026-09-16"),
+                                            run_conf={"epoch": "2026-09-16"})
+    assert str(getattr(two.state, "value", two.state)) == "success"
+    return {"nospark_run": nospark.run_id, "local": local, "s3": s3, "open": open_txn,
+            "folder": folder, "table": table, "two_run": two.run_id}
 
 
 @pytest.fixture(scope="module")
-def api_process(airflow_db, moto_endpoint, tmp_path_factory) -> Iterator[tuple[Any, str, Path]]:
+def catalog(tmp_path_factory) -> dict[str, str]:
+    """The embedded Iceberg catalog of the two-target run's table."""
+    home = tmp_path_factory.mktemp("run_page_catalog")
+    (home / "warehouse").mkdir()
+    return {"type": "sql", "uri": f"sqlite:///{home}/catalog.db",
+            "warehouse": f"file://{home}/warehouse"}
+
+
+@pytest.fixture(scope="module")
+def api_process(airflow_db, moto_endpoint, tmp_path_factory,
+                catalog: dict[str, str]) -> Iterator[tuple[Any, str, Path]]:
     """``airflow api-server`` started on a free 127.0.0.1 port (this session's home and
-    DB, the simple auth manager with an admin and a viewer, the S3 connection)."""
+    DB, the simple auth manager with an admin and a viewer, the S3 and catalog
+    connections)."""
+    os.environ[f"AIRFLOW_CONN_{CAT_CONN.upper()}"] = json.dumps({
+        "conn_type": "iceberg_catalog", "host": catalog["uri"], "schema": catalog["warehouse"],
+        "extra": {"type": "sql"}})
     home = tmp_path_factory.mktemp("api_server")
     passwords = home / "passwords.json"
     passwords.write_text(json.dumps(PASSWORDS))
@@ -258,7 +317,7 @@ def test_http_refusals(server, seeded):
         assert r.status_code == 404, (path, r.status_code, r.text)
         assert "None" not in r.text, r.text
 
-    body = {"epoch": EPOCH, "attempt": seeded["open"].attempt}
+    body = {"epoch": EPOCH, "attempt": seeded["open"].attempt, "task_id": "events.submit"}
     abort = f"{server}/airflow-tpc/api/abort"
     # A forged cross-site POST with the victim's cookie: form, then JSON from a foreign page.
     evil = {"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"}
@@ -385,3 +444,136 @@ def test_run_page_in_airflow_ui_and_abort(server, seeded, browser):
     assert txns == [txn.txn_id, f"tpc_run_page/{EPOCH}/1"], txns
     assert page.get_by_role("link", name=f"{DAG_ID} / {RUN_ID}").count() == 2
     page.context.close()
+
+
+def _abort_in_page(page: Any, card: Any, txn_id: str) -> None:
+    """Abort one row through the page's dialog; wait until the page shows it ABORTED."""
+    card.locator(f'tr[data-txn="{txn_id}"]').get_by_role("button", name="Abort").click()
+    dialog = page.locator("#tpc-abort-dialog")
+    assert dialog.is_visible()
+    dialog.get_by_role("button", name="Abort transaction").click()
+    card.locator(f'tr[data-txn="{txn_id}"][data-state="ABORTED"]').wait_for()
+
+
+def test_two_targets_one_epoch_abort_names_the_right_transaction(server, seeded, browser):
+    """A run holds attempt 1 of the same epoch in a folder and in an Iceberg table.
+    Aborting the table's row aborts the table's attempt only: the folder's attempt, its
+    ledger and its staging stay byte for byte; then the reverse, on attempt 2."""
+    from airflow import settings
+    from airflow.models.log import Log
+    from sqlalchemy import select
+
+    from tests.core.helpers import full_tree
+
+    folder: Sink = seeded["folder"]
+    table: Sink = seeded["table"]
+    txn_id = f"tpc_two/{EPOCH}/1"
+    page = _login(browser, server, "admin")
+    page.goto(f"{server}/airflow-tpc/run?dag_id={TWO_DAG_ID}&run_id={TWO_RUN_ID}")
+    folder_card = page.locator(f'section.card[data-target="{folder.target}"]')
+    table_card = page.locator(f'section.card[data-target="{table.target}"]')
+    for card in (folder_card, table_card):
+        assert card.locator(f'tr[data-txn="{txn_id}"]').get_attribute("data-state") \
+            == "PRECOMMITTED"
+
+    folder_before = full_tree(folder)
+    _abort_in_page(page, table_card, txn_id)
+    [t1] = [i for i in table.describe(EPOCH) if i.attempt == 1]
+    assert t1.state is TxnState.ABORTED and "by admin" in t1.reason
+    assert full_tree(folder) == folder_before
+    assert folder.describe(EPOCH)[0].state is TxnState.PRECOMMITTED
+    assert folder_card.locator(f'tr[data-txn="{txn_id}"]').get_attribute("data-state") \
+        == "PRECOMMITTED"
+
+    # The reverse, on a second attempt of each (the same number again).
+    two_owner = {"dag_id": TWO_DAG_ID, "run_id": TWO_RUN_ID}
+    f2 = folder.begin(EPOCH, owner=two_owner)
+    _stage(folder, f2, {"part-0.parquet": b"g" * 10})
+    folder.precommit(f2)
+    t2 = table.begin(EPOCH, owner=two_owner)
+    staged = table.storage.join(table.layout.staging(EPOCH, t2.attempt), "part-0.parquet")
+    table.storage.put(staged, b"")
+    pq.write_table(pa.table({"id": pa.array([4], pa.int64()), "epoch": pa.array([EPOCH])}),
+                   staged)
+    table.precommit(t2)
+    assert (f2.attempt, t2.attempt) == (2, 2)
+    table_before = full_tree(table)
+    page.reload()
+    _abort_in_page(page, folder_card, f2.txn_id)
+    assert [i.state for i in folder.describe(EPOCH) if i.attempt == 2] == [TxnState.ABORTED]
+    assert full_tree(table) == table_before
+    assert [i.state for i in table.describe(EPOCH) if i.attempt == 2] == [TxnState.PRECOMMITTED]
+
+    # Both aborts are in Airflow's audit log, with the user, the target and the txn id.
+    with settings.Session() as session:
+        rows = session.scalars(select(Log).where(Log.event == "airflow-tpc.abort",
+                                                 Log.run_id == TWO_RUN_ID)
+                               .order_by(Log.id)).all()
+    extras = [json.loads(r.extra) for r in rows]
+    assert [(r.owner, r.dag_id, r.task_id) for r in rows] == [
+        ("admin", TWO_DAG_ID, "daily.submit"), ("admin", TWO_DAG_ID, "events.submit")]
+    assert [(e["target"], e["txn_id"], e["outcome"], e["via"]) for e in extras] == [
+        (table.target, txn_id, "aborted", "ui"), (folder.target, f2.txn_id, "aborted", "ui")]
+    page.context.close()
+
+
+def test_abort_api_needs_the_full_identity(server, seeded):
+    """The JSON API refuses a request that does not name one transaction (400), answers
+    an abort of an aborted attempt with "already aborted", and logs it."""
+    folder: Sink = seeded["folder"]
+    table: Sink = seeded["table"]
+    q = {"dag_id": TWO_DAG_ID, "run_id": TWO_RUN_ID}
+    token = httpx.post(f"{server}/auth/token", timeout=60,
+                       json={"username": "admin", "password": PASSWORDS["admin"]})
+    api = {"Authorization": f"Bearer {token.json()['access_token']}", "X-Airflow-TPC": "1"}
+    abort = f"{server}/airflow-tpc/api/abort"
+    from tests.core.helpers import full_tree
+
+    before = (full_tree(folder), full_tree(table))
+    for body, why in (({"epoch": EPOCH, "attempt": 1}, "name the transaction"),
+                      ({"epoch": EPOCH, "attempt": 1, "target": folder.target},
+                       "name the transaction"),
+                      ({"epoch": EPOCH, "attempt": 1, "namespace": "tpc_two"},
+                       "name the transaction")):
+        r = httpx.post(abort, params=q, json=body, headers=api, timeout=120)
+        assert r.status_code == 400 and why in r.json()["detail"], (body, r.text)
+    # Names that match nothing of this run: 404, never another transaction.
+    for body in ({"epoch": EPOCH, "attempt": 1, "task_id": "nope.submit"},
+                 {"epoch": EPOCH, "attempt": 1, "task_id": "events.submit",
+                  "target": table.target},
+                 {"epoch": EPOCH, "attempt": 1, "task_id": "events.submit",
+                  "txn_id": "other/2026-09-01/1"}):
+        r = httpx.post(abort, params=q, json=body, headers=api, timeout=120)
+        assert r.status_code == 404, (body, r.text)
+    assert (full_tree(folder), full_tree(table)) == before
+
+    # The table's attempt 1 is already aborted (by the page test, or here first).
+    body = {"epoch": EPOCH, "attempt": 1, "target": table.target, "namespace": "tpc_two"}
+    first = httpx.post(abort, params=q, json=body, headers=api, timeout=120)
+    assert first.status_code == 200, first.text
+    again = httpx.post(abort, params=q, json=body, headers=api, timeout=120)
+    assert again.status_code == 200 and again.json()["outcome"] == "already aborted", again.text
+    assert again.json()["target"] == table.target and again.json()["task_id"] == "daily.submit"
+    assert [i.state for i in folder.describe(EPOCH) if i.attempt == 1] == [TxnState.PRECOMMITTED]
+
+
+def test_each_commit_tasks_manifest_link_names_its_own_target(server, seeded, browser):
+    """Two groups committed attempt 1 of the same epoch: each commit task's TPC manifest
+    link opens its own target's manifest; the run's manifest page without a target is
+    refused as ambiguous (400), never guessed."""
+    run_id = seeded["two_run"]
+    page = _login(browser, server, "admin")
+    for group, size in (("events", "64 B"), ("daily", "128 B")):
+        link = _link_xcom("tpc_it_two", run_id, f"{group}.commit", "_link_ManifestLink")
+        assert "target=" in link and "namespace=tpc_two_" + group in link, link
+        page.goto(f"{server}{link}")
+        facts = page.locator("dl.facts").inner_text()
+        assert f"/two/{group}" in facts, (group, facts)
+        [entry] = page.locator("tr.manifest-file").all()
+        assert entry.locator("td").all_inner_texts()[1] == size
+    page.context.close()
+    admin, _ = _session(server, "admin")
+    r = httpx.get(f"{server}/airflow-tpc/manifest", headers=admin, timeout=120,
+                  params={"dag_id": "tpc_it_two", "run_id": run_id, "epoch": "2026-09-16",
+                          "attempt": 1})
+    assert r.status_code == 400 and "several targets" in r.text, r.text

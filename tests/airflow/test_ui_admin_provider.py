@@ -95,7 +95,7 @@ def test_plugin_requires_auth_and_aborts(api_client, run_with_txn):
     # Unauthenticated: refused, on every route.
     assert api_client.get("/airflow-tpc/api/transactions", params=q).status_code == 401
     assert api_client.get("/airflow-tpc/", params=q).status_code == 401
-    body = {"epoch": "2026-06-01", "attempt": 1}
+    body = {"epoch": "2026-06-01", "attempt": 1, "task_id": "events.submit"}
     r = api_client.post("/airflow-tpc/api/abort", params=q, json=body, headers=JSON_ABORT)
     assert r.status_code == 401
     assert api_client.get("/airflow-tpc/api/transactions", params=q,

@@ -8,6 +8,7 @@ Every value is escaped; a missing one is drawn as an em dash, never as ``None``.
 from __future__ import annotations
 
 import html
+import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -88,6 +89,9 @@ class Row:
     abort_url: str | None = None
     #: (label, href) of the run that began it (target view)
     owner: tuple[str, str | None] | None = None
+    #: The transaction's full identity, posted by the Abort button as the request body
+    #: (task_id or target + namespace, epoch, attempt, txn_id): never just epoch/attempt.
+    identity: dict[str, Any] | None = None
 
 
 @dataclass
@@ -126,11 +130,13 @@ def expiry(row: Row, now: float) -> str:
 
 def _abort_button(row: Row) -> str:
     info = row.info
-    if row.abort_url is None or str(info.get("state")) not in ABORTABLE:
+    if row.abort_url is None or row.identity is None \
+            or str(info.get("state")) not in ABORTABLE:
         return ""
     return (f'<button type="button" class="danger" onclick="tpcAskAbort(this)" '
             f'data-url="{esc(row.abort_url)}" data-txn="{esc(info["txn_id"])}" '
-            f'data-epoch="{esc(info["epoch"])}" data-attempt="{int(info["attempt"])}">'
+            f'data-target="{esc(row.identity.get("target"))}" '
+            f"data-identity=\"{esc(json.dumps(row.identity, sort_keys=True))}\">"
             "Abort</button>")
 
 

@@ -22,7 +22,8 @@
   }
   window.tpcAskAbort = function (button) {
     pending = button;
-    document.getElementById("tpc-abort-txn").textContent = button.dataset.txn;
+    document.getElementById("tpc-abort-txn").textContent =
+      button.dataset.txn + " of " + button.dataset.target;
     document.getElementById("tpc-abort-dialog").showModal();
   };
   window.tpcCancelAbort = function () {
@@ -41,8 +42,9 @@
         method: "POST",
         credentials: "same-origin",
         headers: {"Content-Type": "application/json", "X-Airflow-TPC": csrf},
-        body: JSON.stringify({epoch: button.dataset.epoch,
-                              attempt: Number(button.dataset.attempt)}),
+        // The transaction's full identity (task or target + namespace, epoch, attempt,
+        // txn id): a run holds the same epoch and attempt in every target it writes.
+        body: button.dataset.identity,
       });
       const body = await response.json().catch(() => ({}));
       if (!response.ok) {
@@ -56,7 +58,11 @@
         button.disabled = false;
         return;
       }
-      say("Aborted " + body.aborted.join(", ") + ".", false);
+      if (body.outcome === "already aborted") {
+        say(body.txn_id + " of " + body.target + " was already aborted.", false);
+      } else {
+        say("Aborted " + body.txn_id + " of " + body.target + ".", false);
+      }
       window.location.reload();
     } catch (err) {
       say("Abort failed: " + err, true);
