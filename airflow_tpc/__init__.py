@@ -12,6 +12,7 @@ from .errors import (
     LedgerError,
     ManifestError,
     NamespaceConflict,
+    PlacementError,
     StorageError,
     TpcError,
     TransactionExpired,
@@ -34,6 +35,6 @@ __version__ = "0.1.0"
 __all__ = [
     "CommitConflict", "CommitResult", "DeliveryGuarantee", "FencedError", "FileEntry",
     "InvalidState", "LedgerError", "Manifest", "ManifestError", "NamespaceConflict",
-    "RecoveryReport", "Sink", "SinkConfig", "StorageError", "TpcError", "Transaction",
-    "TransactionExpired", "TxnInfo", "TxnState", "UnsupportedStorage", "__version__",
+    "PlacementError", "RecoveryReport", "Sink", "SinkConfig", "StorageError", "TpcError",
+    "Transaction", "TransactionExpired", "TxnInfo", "TxnState", "UnsupportedStorage", "__version__",
 ]

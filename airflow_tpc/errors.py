@@ -52,3 +52,8 @@ class TransactionExpired(TpcError):
 
 class InvalidState(TpcError):
     """The requested verb is not allowed in the transaction's current state."""
+
+
+class PlacementError(TpcError):
+    """The target would lie inside, contain, or be named like another target's machinery
+    (see :mod:`airflow_tpc.placement`)."""

@@ -23,17 +23,26 @@ All three share one skeleton (:func:`promote`); table formats plug in here
 from __future__ import annotations
 
 import json
+import logging
 import posixpath
 import re
 from collections.abc import Callable
 from typing import Any
 
-from .errors import LedgerError, ManifestError, StorageError, UnsupportedStorage
+from .errors import (
+    LedgerError,
+    ManifestError,
+    PlacementError,
+    StorageError,
+    UnsupportedStorage,
+)
 from .faults import crashpoint
-from .ledger import ATTEMPT_DIR_RE, MAX_RECORD_BYTES, PUBLISHED_MARKER, Layout
+from .ledger import ATTEMPT_DIR_RE, MAX_RECORD_BYTES, PUBLISHED_MARKER, TPC_DIR, Layout
 from .manifest import MAX_MANIFEST_BYTES, Manifest
 from .records import CommitDecision
 from .staging import verify_against_storage
+
+log = logging.getLogger("airflow_tpc")
 
 _TAG_RE = re.compile(r"^a(\d{6,})-")
 
@@ -154,10 +163,44 @@ def _promote(layout: Layout, epoch: str, attempt: int, decision: CommitDecision,
         manifest = load_manifest()
         if not staging_verified:
             _verify_staging(layout, manifest, decision.verify)
+        if getattr(layout, "table", None) is None:  # a folder's epoch folder is replaced
+            check_displaced(layout, epoch, dst, current)
         if not strategy.switch(layout, manifest, staging, dst, version):
             return False
     strategy.clean(layout, epoch, attempt, manifest, current)
     return True
+
+
+def check_displaced(layout: Layout, epoch: str, dst: str,
+                    current: dict[str, Any] | None) -> None:
+    """Before an epoch folder is replaced: refuse (nothing changed) if it holds another
+    target's claim (a target nested there by an older version, or by hand: promotion
+    never deletes it), and name in a WARNING the files a user put there by hand, which
+    the commit replaces (an epoch is replaced whole).  One listing of the folder."""
+    storage = layout.storage
+    prefix = dst.rstrip("/") + "/"
+    listed = [o.path[len(prefix):] for o in storage.list(dst)]
+    claim = f"{TPC_DIR}/sink.json"
+    nested = sorted({rel[: -len(claim)].rstrip("/") or "." for rel in listed
+                     if rel == claim or rel.endswith("/" + claim)})
+    if nested:
+        raise PlacementError(
+            f"cannot publish epoch {epoch} of {storage.uri(layout.root)}: its folder "
+            f"{storage.uri(dst)} holds another target ({', '.join(nested[:3])}: a claim "
+            f"{claim}), which replacing the folder would delete. Nothing was changed; move "
+            "that target out of the epoch folder and run the commit (or recover) again.")
+    own = f"epoch={epoch}/"
+    known = {f["path"][len(own):] for f in (current or {}).get("files", [])
+             if str(f.get("path", "")).startswith(own)}
+    by_hand = [rel for rel in listed if rel not in known and rel != PUBLISHED_MARKER
+               and tag_of(rel) is None
+               and not any(part[:1] in ("_", ".") for part in rel.split("/"))]
+    if by_hand:
+        log.warning("epoch %s of %s: %d file(s) in %s were not published by airflow-tpc "
+                    "(put there by hand?) and are replaced by this commit, as the whole "
+                    "epoch is: %s", epoch, storage.uri(layout.root), len(by_hand),
+                    storage.uri(dst), ", ".join(sorted(by_hand)[:10])
+                    + (", ..." if len(by_hand) > 10 else ""))
 
 
 class Strategy:

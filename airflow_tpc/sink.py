@@ -42,6 +42,7 @@ from .ledger import (
     staging_root_problem,
 )
 from .manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, FileEntry, Manifest, ManifestSummary
+from .placement import check_claims_around, check_name
 from .records import (
     ABANDONED,
     BEGIN,
@@ -228,9 +229,16 @@ class Sink:
 
     # ------------------------------------------------------------------ begin
     def begin(self, epoch: str, owner: dict[str, Any] | None = None) -> Transaction:
-        """Start a new attempt at ``epoch`` with a fencing number above every earlier one."""
+        """Start a new attempt at ``epoch`` with a fencing number above every earlier one.
+
+        Refused before anything is listed or handed out when the target is placed in or
+        named like another target's machinery (:mod:`airflow_tpc.placement`), or when a
+        folder down to the epoch's staging is a link (as pre-commit would refuse it)."""
         check_epoch(epoch)
+        check_name(self.storage, self._root)
         self._claim_namespace()
+        self.storage.check_real_dirs(self.layout.staging_base, self.storage.join(
+            self.layout.staging_root, f"epoch={epoch}"))
         attempt = self._highest_attempt_seen(epoch) + 1
         owner = dict(owner or {})
         owner.setdefault("host", socket.gethostname())
@@ -320,6 +328,12 @@ class Sink:
         path = self.layout_claim_path
         claim = self._load_claim()
         if claim is None:
+            # A new target: not inside, around or through another target's machinery,
+            # checked before the claim (or the staging probe) writes anything.
+            check_claims_around(self.storage, self._root)
+            by_name = Layout(self.storage, self._root, self._claimed_staging_root(None))
+            self.storage.check_real_dirs(by_name.staging_base, by_name.staging_root,
+                                         links_only=True)
             doc: dict[str, Any] = {"format": "airflow-tpc-sink", "version": 2,
                                    "namespace": self.namespace}
             if not self._configured_staging:

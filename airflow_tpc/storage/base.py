@@ -167,9 +167,10 @@ class Storage(ABC):
                                  "refusing to publish without one")
         yield  # pragma: no cover
 
-    def check_real_dirs(self, base: str, path: str) -> None:
+    def check_real_dirs(self, base: str, path: str, *, links_only: bool = False) -> None:
         """Refuse (:class:`StorageError`) unless every folder below ``base`` down to
-        ``path`` is a real directory, not a link.
+        ``path`` is a real directory, not a link (``links_only``: refuse only links; a
+        part that is a file ends the check).
 
         Staging must lie inside the target for real: a symlinked attempt or epoch
         folder would be published (or deleted) somewhere else.  Parts of ``path``
@@ -200,6 +201,11 @@ class Storage(ABC):
         bucket serves (server-side copies need no more).
         """
         return None
+
+    def folder_names(self, root: str) -> list[str]:
+        """The names of the folders ``root`` is made of, top down (what a placement rule
+        may judge; an object store's bucket is not a folder, see S3's override)."""
+        return [part for part in root.strip("/").split("/") if part]
 
     def check_target(self, root: str) -> None:  # noqa: B027 - a no-op where keys are names
         """Refuse a target root that cannot be a folder (e.g. an existing regular file)."""

@@ -166,7 +166,7 @@ class LocalStorage(Storage):
             raise StorageError(f"cannot write {path}: {exc.strerror}") from None
         return tmp
 
-    def check_real_dirs(self, base: str, path: str) -> None:
+    def check_real_dirs(self, base: str, path: str, *, links_only: bool = False) -> None:
         base = base.rstrip("/")
         if path != base and not path.startswith(base + "/"):
             raise StorageError(f"{path} is not inside {base}")
@@ -187,6 +187,8 @@ class LocalStorage(Storage):
                     "never publishes, lists or deletes through a link, since its real location "
                     "is outside the target. Replace it with a real directory.")
             if not stat.S_ISDIR(st.st_mode):
+                if links_only:
+                    return  # nothing below can exist; whoever uses the path finds out
                 raise StorageError(f"{current} is not a directory")
 
     def staging_home_problem(self, root: str, home: str) -> str | None:

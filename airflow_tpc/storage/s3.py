@@ -227,6 +227,10 @@ class S3Storage(Storage):
         bucket, _, key = path.partition("/")
         return bucket, key
 
+    def folder_names(self, root: str) -> list[str]:
+        """The key's folders: the bucket name is the store's, not a folder of the target."""
+        return super().folder_names(root)[1:]
+
     def uri(self, path: str) -> str:
         return f"s3://{path}"
 

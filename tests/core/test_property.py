@@ -67,8 +67,12 @@ class EpochMachine(RuleBasedStateMachine):
         txn = data.draw(st.sampled_from(self.txns))
         files = {f"part-{i}-{uuid.uuid4().hex[:4]}.parquet": f"{txn.epoch}/{txn.attempt}/{i}"
                  .encode() for i in range(n)}
-        if txn.txn_id in self.written:
-            return  # one write per attempt, like one Spark job
+        if txn.txn_id in self.written or self.sink.read_manifest(txn) is not None:
+            # One write per attempt, before its pre-commit, like one Spark job.  A
+            # straggler writing after the seal is refused by the roll-forward's
+            # re-verification (recover then fails loudly until staging is restored):
+            # tests/core/test_hardening.py covers that, not this model.
+            return
         write_staged(self.sink, txn, files)
         self.written[txn.txn_id] = sorted(files.values())
 
