@@ -799,14 +799,16 @@ class Sink:
         return done
 
     # ------------------------------------------------------------------ abort
-    def abort(self, txn: Transaction, reason: str = "aborted") -> None:
-        """Throw the attempt away: record ABORTED, remove its staging.  Idempotent."""
+    def abort(self, txn: Transaction, reason: str = "aborted") -> bool:
+        """Throw the attempt away: record ABORTED, remove its staging.  Idempotent: True
+        when this call recorded the decision, False when the attempt was already aborted
+        (or expired); its leftover staging is removed either way."""
         self._check_claim("abort")
         self._check_own(txn)
-        self._abort(txn.epoch, txn.attempt, reason)
+        return self._abort(txn.epoch, txn.attempt, reason)
 
     def _abort(self, epoch: str, attempt: int, reason: str, expired: bool = False,
-               best_effort: bool = False) -> None:
+               best_effort: bool = False) -> bool:
         """Record the abort decision, then remove staging (``best_effort``: see
         :meth:`_clean_staging`; an explicit abort raises, so its caller retries).
 
@@ -837,6 +839,7 @@ class Sink:
             self._close(epoch, attempt)
         if created:
             log.info("aborted %s/%s/%d: %s", self.namespace, epoch, attempt, reason)
+        return created
 
     def _discarded(self, epoch: str, attempt: int) -> str:
         """What an abort of (epoch, attempt) throws away, if it was pre-committed: the

@@ -13,6 +13,8 @@ from airflow_tpc import InvalidState, Sink, TxnState
 
 ACTIONS = ("status", "abort", "recover", "expire")
 OPEN_STATES = (TxnState.OPEN, TxnState.PRECOMMITTED)
+#: Aborted by an operator or expired: a second abort has nothing to decide.
+DONE_STATES = (TxnState.ABORTED, TxnState.EXPIRED)
 
 
 def status(sink: Sink, epoch: str | None = None) -> dict[str, Any]:
@@ -24,21 +26,31 @@ def status(sink: Sink, epoch: str | None = None) -> dict[str, Any]:
 
 def abort(sink: Sink, epoch: str, attempt: int | None = None,
           reason: str = "aborted by an operator") -> dict[str, Any]:
-    """Abort one attempt, or every open/pre-committed attempt of the epoch."""
+    """Abort one attempt, or every open/pre-committed attempt of the epoch.
+
+    ``aborted`` lists what this call decided; ``already_aborted`` what an earlier abort
+    or expiry had decided, also one that landed while this call ran (the ledger's
+    put-if-absent says who was first) — nothing is written for those but the removal of
+    staging a crashed abort left; ``refused`` what cannot be aborted (COMMITTED)."""
     if not epoch:
         raise ValueError("abort needs an epoch")
-    aborted, refused = [], []
+    aborted, already, refused = [], [], []
     for info in sink.describe(epoch):
         if attempt is not None and info.attempt != attempt:
             continue
         if attempt is None and info.state not in OPEN_STATES:
             continue
+        if info.state in DONE_STATES and not info.staging_files:
+            already.append(info.txn_id)  # decided and clean: nothing to write
+            continue
         try:
-            sink.abort(sink.transaction(epoch, info.attempt), reason)
-            aborted.append(info.txn_id)
+            created = sink.abort(sink.transaction(epoch, info.attempt), reason)
         except InvalidState as exc:
             refused.append({"txn_id": info.txn_id, "error": str(exc)})
-    return {"action": "abort", "aborted": aborted, "refused": refused}
+            continue
+        (aborted if created else already).append(info.txn_id)
+    return {"action": "abort", "aborted": aborted, "already_aborted": already,
+            "refused": refused}
 
 
 def recover(sink: Sink, abort_undecided: bool = False,

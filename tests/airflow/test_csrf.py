@@ -277,3 +277,74 @@ def test_csrf_refusal_rules(headers, base_url, refused):
                           base_url)
     assert (reason is not None) is refused, reason
     assert csrf_refusal("GET", Headers({"origin": FOREIGN}), "http://api.local/", "") is None
+
+
+def _audit_outcomes(dag_id: str, run_id: str) -> list[str]:
+    """The outcomes of the airflow-tpc aborts of a run in Airflow's audit log."""
+    import json
+
+    from airflow import settings
+    from airflow.models.log import Log
+    from sqlalchemy import select
+
+    with settings.Session() as session:
+        extras = session.scalars(select(Log.extra).where(
+            Log.event == "airflow-tpc.abort", Log.dag_id == dag_id,
+            Log.run_id == run_id).order_by(Log.id)).all()
+    return [json.loads(e)["outcome"] for e in extras]
+
+
+def test_abort_that_loses_to_a_concurrent_abort_says_already_aborted(api_client, precommitted):
+    """Two operators abort the same attempt at once: the one whose abort decision lands
+    second is told "already aborted" (and so is the audit log), never a second "aborted".
+    The other abort is made to land exactly between the UI's read of the state and its
+    decision (a crash point of the protocol, armed with that abort)."""
+    from airflow_tpc import Sink
+    from airflow_tpc.faults import armed
+
+    q, sink, _ = precommitted
+    other = Sink(sink.target, sink.namespace)
+    raced: list[str] = []
+
+    def abort_first(_: str) -> None:
+        if not raced:  # once: the other abort passes this point too
+            raced.append("other")
+            other.abort(other.transaction(EPOCH, 1), "aborted by the admin DAG")
+
+    with armed("abort.before_decision", abort_first):
+        r = api_client.post("/airflow-tpc/api/abort", params=q, json=BODY,
+                            headers={**_session("admin"), "Origin": SAME_ORIGIN})
+    assert raced == ["other"]
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert answer["outcome"] == "already aborted" and answer["aborted"] == [], answer
+    [info] = sink.describe(EPOCH)
+    assert info.state is TxnState.ABORTED and info.reason == "aborted by the admin DAG"
+    assert info.staging_files == 0
+    assert _audit_outcomes(q["dag_id"], q["run_id"])[-1] == "already aborted"
+
+
+def test_abort_of_an_abort_that_crashed_finishes_its_cleanup(api_client, precommitted):
+    """An abort that died after its decision left the staged files: the attempt is
+    ABORTED, so the UI's abort answers "already aborted" — and removes what was left,
+    rather than leaving staging behind while saying there is nothing to do."""
+    from airflow_tpc.faults import InjectedCrash, armed
+
+    q, sink, _ = precommitted
+    with armed("abort.after_decision"), pytest.raises(InjectedCrash):
+        sink.abort(sink.transaction(EPOCH, 1), "the abort task died half way")
+    [info] = sink.describe(EPOCH)
+    assert info.state is TxnState.ABORTED and info.staging_files > 0
+    r = api_client.post("/airflow-tpc/api/abort", params=q, json=BODY,
+                        headers={**_session("admin"), "Origin": SAME_ORIGIN})
+    assert r.status_code == 200, r.text
+    assert r.json()["outcome"] == "already aborted", r.text
+    [info] = sink.describe(EPOCH)
+    assert info.state is TxnState.ABORTED and info.staging_files == 0, info
+    assert info.reason == "the abort task died half way"
+    # Clean and decided: asking again writes nothing at all.
+    before = snapshot(around(sink))
+    r = api_client.post("/airflow-tpc/api/abort", params=q, json=BODY,
+                        headers={**_session("admin"), "Origin": SAME_ORIGIN})
+    assert r.status_code == 200 and r.json()["outcome"] == "already aborted", r.text
+    assert snapshot(around(sink)) == before

@@ -14,13 +14,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_tpc import TpcError, TxnState
+from airflow_tpc import TpcError
 from airflow_tpc.airflow.ui import render as ui
 
 ABORT_REASON = "aborted from the airflow-tpc UI by {user}"
 #: The event name of an abort in Airflow's audit log (the UI's *Audit Log*).
 AUDIT_EVENT = "airflow-tpc.abort"
-_DONE = (TxnState.ABORTED, TxnState.EXPIRED)
 
 
 class Ambiguous(ValueError):
@@ -195,17 +194,27 @@ def resolve(dag_id: str, run_id: str, epoch: str, attempt: int, *,
 
 def abort(found: Found, user: str, via: str) -> dict[str, Any]:
     """Abort one resolved transaction; say ``already aborted`` when it was; write the
-    action into Airflow's audit log with the user, the target and the transaction id."""
+    action into Airflow's audit log with the user, the target and the transaction id.
+
+    Who decided is the ledger's answer (:func:`admin.abort`: the abort decision is a
+    put-if-absent), not the state read before: an abort that lands between that read
+    and this one's decision makes this one "already aborted".  An attempt aborted by a
+    call that died before removing its staging is "already aborted" too, and the
+    staging it left is removed."""
     from airflow_tpc.airflow import admin
 
     ident = found.identity()
-    if found.info.state in _DONE:
-        result = {"action": "abort", "outcome": "already aborted", "aborted": [],
-                  "refused": [], "state": str(found.info.state)}
+    result = admin.abort(found.sink, found.info.epoch, found.info.attempt,
+                         ABORT_REASON.format(user=user))
+    if result["refused"]:
+        result["outcome"] = "refused"
+    elif result["aborted"]:
+        result["outcome"] = "aborted"
     else:
-        result = admin.abort(found.sink, found.info.epoch, found.info.attempt,
-                             ABORT_REASON.format(user=user))
-        result["outcome"] = "refused" if result["refused"] else "aborted"
+        result["outcome"] = "already aborted"
+        state = [i.state for i in found.sink.describe(found.info.epoch)
+                 if i.attempt == found.info.attempt]
+        result["state"] = str(state[0] if state else found.info.state)
     result.update(ident)
     audit(found, user, via, result["outcome"])
     return result
