@@ -537,14 +537,17 @@ def test_abort_api_needs_the_full_identity(server, seeded):
                        "name the transaction")):
         r = httpx.post(abort, params=q, json=body, headers=api, timeout=120)
         assert r.status_code == 400 and why in r.json()["detail"], (body, r.text)
-    # Names that match nothing of this run: 404, never another transaction.
-    for body in ({"epoch": EPOCH, "attempt": 1, "task_id": "nope.submit"},
-                 {"epoch": EPOCH, "attempt": 1, "task_id": "events.submit",
+    # A request whose fields name two different transactions: 400, neither is touched.
+    for body in ({"epoch": EPOCH, "attempt": 1, "task_id": "events.submit",
                   "target": table.target},
                  {"epoch": EPOCH, "attempt": 1, "task_id": "events.submit",
                   "txn_id": "other/2026-09-01/1"}):
         r = httpx.post(abort, params=q, json=body, headers=api, timeout=120)
-        assert r.status_code == 404, (body, r.text)
+        assert r.status_code == 400 and "two different" in r.json()["detail"], (body, r.text)
+    # Names that match nothing of this run: 404, never another transaction.
+    r = httpx.post(abort, params=q, json={"epoch": EPOCH, "attempt": 1, "task_id": "nope.submit"},
+                   headers=api, timeout=120)
+    assert r.status_code == 404, r.text
     assert (full_tree(folder), full_tree(table)) == before
 
     # The table's attempt 1 is already aborted (by the page test, or here first).

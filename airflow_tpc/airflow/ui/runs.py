@@ -170,7 +170,8 @@ def resolve(dag_id: str, run_id: str, epoch: str, attempt: int, *,
     if require_identity and task_id is None and (target is None or namespace is None):
         raise Ambiguous("name the transaction: task_id (the task that began it) or target "
                         "and namespace, with epoch and attempt")
-    found = []
+    found: list[Found] = []
+    contradicts: list[str] = []  # the task named, but the other fields name another one
     for tid, doc in run_docs(dag_id, run_id):
         if task_id is not None and tid != task_id:
             continue
@@ -178,13 +179,23 @@ def resolve(dag_id: str, run_id: str, epoch: str, attempt: int, *,
             continue
         hook = hook_for(doc)
         sink = hook.get_sink()
-        if target is not None and not _same_target(sink.target, target):
-            continue
-        if namespace is not None and sink.namespace != namespace:
-            continue
+        wrong = [f"{name} {value!r}" for name, value, ok in (
+            ("target", target, target is None or _same_target(sink.target, target)),
+            ("namespace", namespace, namespace is None or sink.namespace == namespace))
+            if not ok]
         for info in hook.run_attempts(doc, dag_id, run_id):
-            if info.attempt == attempt and (txn_id is None or info.txn_id == txn_id):
-                found.append(Found(dag_id, run_id, tid, sink, info))
+            if info.attempt != attempt:
+                continue
+            if txn_id is not None and info.txn_id != txn_id:
+                wrong.append(f"txn_id {txn_id!r}")
+            if wrong:
+                if task_id is not None:
+                    contradicts.append(f"task {tid} began {info.txn_id} of {sink.target}, "
+                                       f"not {' / '.join(wrong)}")
+                continue
+            found.append(Found(dag_id, run_id, tid, sink, info))
+    if not found and contradicts:
+        raise Ambiguous(f"the request names two different transactions: {contradicts[0]}")
     if len(found) > 1:
         which = ", ".join(f"{f.task_id} ({f.sink.target})" for f in found)
         raise Ambiguous(f"{epoch}/{attempt} of run {run_id} is a transaction of several "
