@@ -43,11 +43,14 @@ with DAG(
         from airflow_tpc.airflow.hooks import TpcHook
 
         p = params or {}
-        sink = TpcHook(p["target"], p["namespace"],
-                       storage_conn_id=p.get("storage_conn_id") or None).get_sink()
-        result = run_action(sink, p["action"], epoch=p.get("epoch") or None,
+        hook = TpcHook(p["target"], p["namespace"],
+                       storage_conn_id=p.get("storage_conn_id") or None)
+        result = run_action(hook.get_sink(), p["action"], epoch=p.get("epoch") or None,
                             attempt=p.get("attempt") or None, reason=p.get("reason") or "",
                             abort_undecided=bool(p.get("abort_undecided")))
+        if p["action"] == "status" and not p.get("epoch"):
+            # The health gauges an on-call alert watches (scheduled status runs).
+            result["health"] = hook.emit_health()
         for line in result.get("transactions", []):
             print(f"{line['txn_id']:40} {line['state']:12} published={line['published']} "
                   f"files={line['files']} rows={line['rows']} staging_files="

@@ -748,3 +748,13 @@ class TpcHook(BaseHook):
         self.metrics.incr(ABORTS)
         self.log.info("Aborted %s: %s", txn.txn_id, reason)
         return True
+
+    def emit_health(self, now: float | None = None) -> dict[str, Any]:
+        """Compute the target's health (:class:`~airflow_tpc.health.TargetHealth`: one
+        ``describe``) and send it as gauges; returns it.  For a monitoring task run every
+        few minutes (the admin DAG's ``status`` does it), not for the commit path."""
+        from airflow_tpc.health import TargetHealth
+
+        health = TargetHealth.of(self.get_sink().describe(now=now), now)
+        self.metrics.health(health)
+        return health.to_dict()

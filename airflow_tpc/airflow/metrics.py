@@ -41,6 +41,13 @@ ABORTS = f"{PREFIX}.aborts"
 EXPIRATIONS = f"{PREFIX}.expirations"
 ROLL_FORWARDS = f"{PREFIX}.roll_forwards"
 FENCED = f"{PREFIX}.fenced"
+#: Gauges of a target's health (:class:`airflow_tpc.health.TargetHealth`), what an
+#: on-call alert watches: attempts open, sealed, decided but unfinished; the age in
+#: seconds of the oldest undecided one (alert when it nears the transaction timeout).
+OPEN_ATTEMPTS = f"{PREFIX}.attempts.open"
+PRECOMMITTED_ATTEMPTS = f"{PREFIX}.attempts.precommitted"
+UNFINISHED_ATTEMPTS = f"{PREFIX}.attempts.unfinished"
+OLDEST_UNDECIDED_AGE = f"{PREFIX}.oldest_undecided_age"
 
 #: Longest name sent with the namespace in it (OpenTelemetry refuses names over 255
 #: characters, and Airflow's ``statsd_prefix`` comes before ours).
@@ -111,6 +118,22 @@ class TpcMetrics:
                 stats.timing(name, delta, tags=tags)
         except Exception as exc:  # a metric must never fail a task
             log.warning("Could not emit metric %s: %s", stat, exc)
+
+    def gauge(self, stat: str, value: float) -> None:
+        """Set gauge ``stat`` to ``value``; never raises."""
+        try:
+            stats = _stats()
+            for name, tags in self._names(stat):
+                stats.gauge(name, float(value), tags=tags)
+        except Exception as exc:  # a metric must never fail a task
+            log.warning("Could not emit metric %s: %s", stat, exc)
+
+    def health(self, health: Any) -> None:
+        """The target's health gauges (a :class:`~airflow_tpc.health.TargetHealth`)."""
+        self.gauge(OPEN_ATTEMPTS, health.open)
+        self.gauge(PRECOMMITTED_ATTEMPTS, health.precommitted)
+        self.gauge(UNFINISHED_ATTEMPTS, health.unfinished)
+        self.gauge(OLDEST_UNDECIDED_AGE, health.oldest_undecided_age_s)
 
     # -- what the hook observed ------------------------------------------------------------
 

@@ -64,6 +64,26 @@ crashed = run("crash", "2026-07-05", {{"epoch": "2026-07-05"}}, crash="commit.af
 stats.incr("tpc_marker.roll")
 dr = helpers.rerun_tasks(dag, crashed.run_id, ["commit"])
 out["roll"] = {{"states": helpers.states(dr)}}
+
+# Health gauges: one attempt sealed and waiting (07-06), one decided whose commit died
+# before promoting (07-07), beside the fenced zombie's open attempt of 07-03.
+import os
+from airflow_tpc import Sink
+from airflow_tpc.airflow.hooks import TpcHook
+target = os.path.join(os.environ["TPC_IT_ROOT"], "metrics_target")
+sink = Sink(target, "tpc_it_metrics")
+for day in ("2026-07-06", "2026-07-07"):
+    txn = sink.begin(day, owner={{"dag_id": "health", "run_id": day}})
+    sink.storage.put(sink.storage.join(sink.layout.staging(day, txn.attempt), "p.parquet"),
+                     b"h" * 10)
+    sink.precommit(txn)
+try:
+    with faults.armed("commit.after_decision"):
+        sink.commit(txn)
+except faults.InjectedCrash:
+    pass
+stats.incr("tpc_marker.health")
+out["health"] = TpcHook(target, "tpc_it_metrics").emit_health()
 stats.incr("tpc_marker.end")
 print("RESULT " + json.dumps(out))
 """
@@ -295,3 +315,22 @@ def test_the_stats_import_is_not_deprecated():
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Could not emit" not in proc.stderr
+
+
+def test_health_gauges_name_what_an_alert_watches(emitted):
+    """The admin DAG's status (TpcHook.emit_health) sends the target's health as gauges:
+    attempts open (the fenced zombie's), sealed (07-06), decided but unfinished (07-07's
+    commit died before promoting) and the oldest undecided attempt's age."""
+    runs, packets = emitted
+    health = runs["health"]
+    assert (health["open"], health["precommitted"], health["unfinished"]) == (1, 1, 1), health
+    assert health["oldest_undecided_age_s"] > 0
+    gauges = [(n, t, v) for n, t, v, k in packets["health"] if k == "g"]
+    tagged = {n: v for n, t, v in gauges if t == dict(TAGS)}
+    named = {n.removesuffix(f".{NS}"): v for n, t, v in gauges
+             if t == dict(LEGACY) and n.endswith(f".{NS}")}
+    assert tagged == named, (tagged, named)
+    assert tagged == {"attempts.open": 1, "attempts.precommitted": 1,
+                      "attempts.unfinished": 1,
+                      "oldest_undecided_age": pytest.approx(health["oldest_undecided_age_s"],
+                                                            abs=0.01)}, tagged
