@@ -143,7 +143,14 @@ def test_admin_dag_status_and_abort(airflow_db, tmp_path):
         "conf = json.loads(sys.argv[1])\n"
         "dr = dag.test(run_conf=conf)\n"
         "ti = [t for t in dr.get_task_instances() if t.task_id == 'act'][0]\n"
-        "print('STATE', dr.state)\n")
+        "print('STATE', dr.state)\n"
+        "if conf['action'] == 'status':\n"
+        "    from airflow.models.xcom import XComModel\n"
+        "    from airflow.utils.session import create_session\n"
+        "    with create_session() as s:\n"
+        "        v = s.query(XComModel.value).filter_by(dag_id='tpc_admin', run_id=dr.run_id,"
+        " task_id='act', key='return_value').scalar()\n"
+        "    print('RESULT', v if isinstance(v, str) else json.dumps(v))\n")
     env = {**os.environ, "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags")}
     conf = {"target": target, "namespace": "tpc_admin_test", "epoch": "2026-07-01",
             "action": "abort", "attempt": 0}
@@ -152,6 +159,20 @@ def test_admin_dag_status_and_abort(airflow_db, tmp_path):
     assert "STATE success" in out.stdout, out.stderr[-3000:]
     [info] = sink.describe("2026-07-01")
     assert info.state is TxnState.ABORTED and info.staging_files == 0
+
+    # status of the whole target: the listing, and the health gauges' figures.
+    sink.begin("2026-07-02")
+    conf = {"target": target, "namespace": "tpc_admin_test", "epoch": "", "action": "status"}
+    out = subprocess.run([sys.executable, "-c", script, json.dumps(conf)], env=env,
+                         capture_output=True, text=True, timeout=240)
+    assert "STATE success" in out.stdout, out.stderr[-3000:]
+    [line] = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+    result = json.loads(line.removeprefix("RESULT "))
+    result = json.loads(result) if isinstance(result, str) else result
+    assert {t["state"] for t in result["transactions"]} == {"ABORTED", "OPEN"}
+    health = result["health"]
+    assert (health["open"], health["precommitted"], health["unfinished"]) == (1, 0, 0)
+    assert health["oldest_undecided_age_s"] > 0
 
 
 def test_approval_gate_abort_choice_aborts(dagbag, api_client, data_root):
