@@ -65,6 +65,7 @@ def _run_page(base: str, dag_id: str, run_id: str, csrf: str, now: float) -> str
                 for i in infos]
         sections.append(ui.Section(
             title=task_id, target=sink.target, namespace=sink.namespace, rows=rows,
+            table=doc.get("table") or None,
             links=[("All transactions of this target",
                     ui.url(f"{base}/target", dag_id=dag_id, task_id=task_id))]))
     body = (ui.crumbs([("airflow-tpc", f"{base}/"), (dag_id, None), (run_id, None)])
@@ -106,10 +107,12 @@ def _target_page(base: str, dag_id: str, task_id: str, doc: dict[str, Any],
         rows.append(row)
     note = (f"{hidden} transaction(s) begun by DAGs you may not read are not shown."
             if hidden else None)
+    table = doc.get("table") or None
     sec = ui.Section(title=f"{dag_id}.{task_id}", target=sink.target, namespace=sink.namespace,
-                     rows=rows, note=note)
+                     rows=rows, note=note, table=table)
     body = (ui.crumbs([("airflow-tpc", f"{base}/"), (dag_id, None), (task_id, None)])
-            + f"<h1>Transactions of target <code>{ui.esc(sink.target)}</code></h1>"
+            + f"<h1>Transactions of {'table' if table else 'target'} "
+            f"<code>{ui.esc(table or sink.target)}</code></h1>"
             + '<p class="sub">Every epoch and attempt in the ledger, newest first.</p>'
             + ui.section(sec, now, with_owner=True))
     return ui.page(f"target {sink.target}", body, csrf=csrf, now=now)
@@ -159,7 +162,7 @@ def _index_page(base: str, docs: list[dict[str, Any]], now: float) -> str:
             f'{ui.esc(d["dag_id"])} / {ui.esc(d["run_id"])}</a></td>'
             f'<td class="mono">{ui.esc(d["task_id"])}</td>'
             f'<td><a href="{ui.esc(target_href)}">'
-            f'<code>{ui.esc(doc.get("target"))}</code></a></td>'
+            f'<code>{ui.esc(doc.get("table") or doc.get("target"))}</code></a></td>'
             f'<td class="mono">{ui.esc(doc.get("epoch"))}</td>'
             f'<td class="num">{ui.esc(doc.get("attempt"))}</td>'
             f"<td>{ui.age(ts, now)}</td></tr>")

@@ -504,6 +504,16 @@ def test_two_targets_one_epoch_abort_names_the_right_transaction(server, seeded,
     assert full_tree(table) == table_before
     assert [i.state for i in table.describe(EPOCH) if i.attempt == 2] == [TxnState.PRECOMMITTED]
 
+    # The table's card names the table as itself (its location beside it); once the
+    # table's attempt 2 is committed, its staged files read as the table's data files,
+    # not as leftover staging.
+    assert table_card.locator("code[data-table]").inner_text() == TABLE
+    assert table.commit(t2).outcome == "committed"
+    page.reload()
+    row = table_card.locator(f'tr[data-txn="{t2.txn_id}"][data-state="COMMITTED"]')
+    assert row.locator('td[data-col="staged"]').inner_text() == "data files of the table"
+    assert folder_card.locator("code[data-table]").count() == 0
+
     # Both aborts are in Airflow's audit log, with the user, the target and the txn id.
     with settings.Session() as session:
         rows = session.scalars(select(Log).where(Log.event == "airflow-tpc.abort",

@@ -104,6 +104,9 @@ class Section:
     rows: list[Row]
     links: list[tuple[str, str]] = field(default_factory=list)
     note: str | None = None
+    #: A table target's own name (``iceberg://<catalog>/<ns>.<table>``, the Delta URI):
+    #: shown as what the section writes, with ``target`` as its location.
+    table: str | None = None
 
 
 def state_badge(info: Mapping[str, Any]) -> str:
@@ -144,7 +147,18 @@ _COLUMNS = ("State", "Epoch", "Attempt", "Files", "Rows", "Size", "Staged",
             "Started", "Decided", "Expires", "Reason", "")
 
 
-def _table(rows: Sequence[Row], now: float, with_owner: bool) -> str:
+def _staged(info: Mapping[str, Any], in_table: bool) -> str:
+    """What is still staged.  A table's committed attempt keeps its files where they
+    were staged: they *are* the table's data files now, not leftovers."""
+    if not info.get("staging_files"):
+        return _DASH
+    if in_table and str(info.get("state")) == "COMMITTED" and info.get("published") \
+            and not info.get("superseded"):
+        return '<span class="tag" data-staged="in-table">data files of the table</span>'
+    return f"{number(info.get('staging_files'))} / {human_bytes(info.get('staging_bytes'))}"
+
+
+def _table(rows: Sequence[Row], now: float, with_owner: bool, in_table: bool = False) -> str:
     cols = list(_COLUMNS)
     if with_owner:
         cols.insert(-1, "Run")
@@ -153,8 +167,7 @@ def _table(rows: Sequence[Row], now: float, with_owner: bool) -> str:
     body = []
     for row in rows:
         i = row.info
-        staged = (f"{number(i.get('staging_files'))} / {human_bytes(i.get('staging_bytes'))}"
-                  if i.get("staging_files") else _DASH)
+        staged = _staged(i, in_table)
         cells = [
             f"<td>{state_badge(i)}</td>",
             f'<td class="mono">{esc(i["epoch"])}</td>',
@@ -162,7 +175,7 @@ def _table(rows: Sequence[Row], now: float, with_owner: bool) -> str:
             f'<td class="num" data-col="files">{number(i.get("files"))}</td>',
             f'<td class="num" data-col="rows">{number(i.get("rows"))}</td>',
             f'<td class="num" data-col="bytes">{human_bytes(i.get("bytes"))}</td>',
-            f"<td>{staged}</td>", f"<td>{age(i.get('started_at'), now)}</td>",
+            f'<td data-col="staged">{staged}</td>', f"<td>{age(i.get('started_at'), now)}</td>",
             f"<td>{age(i.get('decided_at'), now)}</td>", f"<td>{expiry(row, now)}</td>",
             f'<td class="reason">{text(i.get("reason"))}</td>',
         ]
@@ -188,13 +201,16 @@ def _table(rows: Sequence[Row], now: float, with_owner: bool) -> str:
 
 def section(sec: Section, now: float, *, with_owner: bool = False) -> str:
     links = " · ".join(f'<a href="{esc(h)}">{esc(label)}</a>' for label, h in sec.links)
-    header = (f'<header><h2>{esc(sec.title)}</h2>'
-              f'<span class="meta">target <code>{esc(sec.target)}</code></span>'
+    where = (f'<span class="meta">table <code data-table="{esc(sec.table)}">'
+             f'{esc(sec.table)}</code></span>'
+             f'<span class="meta">location <code>{esc(sec.target)}</code></span>'
+             if sec.table else f'<span class="meta">target <code>{esc(sec.target)}</code></span>')
+    header = (f'<header><h2>{esc(sec.title)}</h2>{where}'
               f'<span class="meta">namespace <code>{esc(sec.namespace)}</code></span>'
               f'<span class="meta">{links}</span></header>')
     if sec.note:
         header += f'<div class="empty">{esc(sec.note)}</div>'
-    body = _table(sec.rows, now, with_owner) if sec.rows else \
+    body = _table(sec.rows, now, with_owner, sec.table is not None) if sec.rows else \
         '<div class="empty">No transaction yet.</div>'
     return f'<section class="card" data-target="{esc(sec.target)}">{header}{body}</section>'
 
