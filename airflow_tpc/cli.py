@@ -225,15 +225,23 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
                     missingval="-", colalign=align, disable_numparse=True)
 
 
+def _table_name(sink: Sink) -> str | None:
+    """A table target's own name (``iceberg://…``, the Delta URI); None for a folder."""
+    table = getattr(sink, "table_target", None)
+    return str(table.uri) if table is not None else None
+
+
 def cmd_list(sink: Sink, args: argparse.Namespace) -> Any:
     infos = [i.to_dict() for i in sink.describe(args.epoch)]
     if args.json:
         return infos
+    in_table = _table_name(sink) is not None
     for i in infos:
         i["age"] = _age(i["age_s"])
-        i["note"] = "superseded" if i["superseded"] else ("" if i["published"] or
-                                                          i["state"] != "COMMITTED"
-                                                          else "not yet promoted")
+        i["note"] = "superseded" if i["superseded"] else (
+            "not yet promoted" if i["state"] == "COMMITTED" and not i["published"]
+            else "staged files are table data" if in_table and i["state"] == "COMMITTED"
+            and i["staging_files"] else "")
     return _table(infos, ["epoch", "attempt", "state", "files", "bytes", "rows", "age",
                           "staging_files", "note"]) if infos else "no transactions"
 
@@ -251,12 +259,15 @@ def cmd_status(sink: Sink, args: argparse.Namespace) -> Any:
             e["pending"] += 1
         if i.state.value == "COMMITTED" and not i.superseded and i.epoch in committed:
             e.update(published_attempt=i.attempt, files=i.files, rows=i.rows, bytes=i.bytes)
-    doc = {"target": sink.target, "namespace": sink.namespace,
+    table = _table_name(sink)
+    doc = {"target": table or sink.target, "namespace": sink.namespace,
            "committed_epochs": list(committed), "epochs": list(epochs.values())}
+    if table:
+        doc["location"] = sink.target
     if args.json:
         return doc
-    header = f"target {sink.target}  namespace {sink.namespace}  " \
-             f"committed epochs: {len(committed)}"
+    where = f"table {table}  location {sink.target}" if table else f"target {sink.target}"
+    header = f"{where}  namespace {sink.namespace}  committed epochs: {len(committed)}"
     body = _table(doc["epochs"], ["epoch", "published_attempt", "files", "rows", "bytes",
                                   "attempts", "pending"]) if epochs else "no transactions"
     return f"{header}\n{body}"

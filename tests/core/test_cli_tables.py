@@ -65,9 +65,13 @@ def test_list_and_status_of_a_table(tmp_path, capsys):
     assert main(["list", TABLE, *_flags(props)]) == 0
     out = capsys.readouterr().out
     assert "PRECOMMITTED" in out and "not yet promoted" in out and "COMMITTED" in out
+    assert "staged files are table data" in out  # the committed attempt's files, in place
     assert main(["status", TABLE, "--json", *_flags(props)]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["namespace"] == "cli-ns" and doc["committed_epochs"] == ["2026-11-01"]
+    assert doc["target"] == TABLE and doc["location"].startswith("file://")  # as itself
+    assert main(["status", TABLE, *_flags(props)]) == 0
+    assert capsys.readouterr().out.startswith(f"table {TABLE}  location file://")
 
 
 def test_abort_recover_gc_of_a_table(tmp_path, capsys):
@@ -143,6 +147,7 @@ def test_a_delta_table_target(tmp_path, capsys):
     assert main(["status", target, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["namespace"] == "cli-delta" and doc["committed_epochs"] == ["2026-11-01"]
+    assert doc["target"] == target
     assert main(["abort", target, "--epoch", "2026-11-02"]) == 0
     assert "aborted cli-delta/2026-11-02/1" in capsys.readouterr().out
     assert [str(i.state) for i in sink.describe("2026-11-02")] == ["ABORTED"]
