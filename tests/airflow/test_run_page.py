@@ -590,3 +590,20 @@ def test_each_commit_tasks_manifest_link_names_its_own_target(server, seeded, br
                   params={"dag_id": "tpc_it_two", "run_id": run_id, "epoch": "2026-09-16",
                           "attempt": 1})
     assert r.status_code == 400 and "several targets" in r.text, r.text
+
+
+def test_run_page_fits_a_1280_px_window(server, seeded, browser):
+    """Inside Airflow's UI in a 1280 px wide window, every card's table fits its card:
+    no column (the Abort button last of all) hides behind a horizontal scroll."""
+    page = _login(browser, server, "admin")
+    page.set_viewport_size({"width": 1280, "height": 800})
+    for dag_id, run_id in ((DAG_ID, RUN_ID), (TWO_DAG_ID, TWO_RUN_ID)):
+        page.goto(f"{server}/dags/{dag_id}/runs/{run_id}/plugin/tpc-run")
+        frame = page.frame_locator('iframe[title="Transactions"]')
+        frame.locator("section.card tbody tr").first.wait_for()
+        overflow = frame.locator(".table-wrap").evaluate_all(
+            "ws => ws.map(w => [w.scrollWidth, w.clientWidth])")
+        widths = frame.locator("section.card").first.locator("thead th").evaluate_all(
+            "hs => hs.map(h => [h.innerText, h.offsetWidth])")
+        assert overflow and all(s <= c for s, c in overflow), (run_id, overflow, str(widths))
+    page.context.close()

@@ -175,8 +175,10 @@ def _table(rows: Sequence[Row], now: float, with_owner: bool, in_table: bool = F
             f'<td class="num" data-col="files">{number(i.get("files"))}</td>',
             f'<td class="num" data-col="rows">{number(i.get("rows"))}</td>',
             f'<td class="num" data-col="bytes">{human_bytes(i.get("bytes"))}</td>',
-            f'<td data-col="staged">{staged}</td>', f"<td>{age(i.get('started_at'), now)}</td>",
-            f"<td>{age(i.get('decided_at'), now)}</td>", f"<td>{expiry(row, now)}</td>",
+            f'<td class="wrap" data-col="staged">{staged}</td>',
+            f'<td class="wrap">{age(i.get("started_at"), now)}</td>',
+            f'<td class="wrap">{age(i.get("decided_at"), now)}</td>',
+            f'<td class="wrap">{expiry(row, now)}</td>',
             f'<td class="reason">{text(i.get("reason"))}</td>',
         ]
         if with_owner:
@@ -191,7 +193,7 @@ def _table(rows: Sequence[Row], now: float, with_owner: bool, in_table: bool = F
             actions.append(f'<a href="{esc(row.manifest_href)}">Manifest</a>')
         if button := _abort_button(row):
             actions.append(button)
-        cells.append(f'<td><span class="actions">{"".join(actions)}</span></td>')
+        cells.append(f'<td class="act"><span class="actions">{"".join(actions)}</span></td>')
         body.append(f'<tr data-txn="{esc(i["txn_id"])}" data-state="{esc(i["state"])}" '
                     f'title="{esc(i["txn_id"])}">'
                     + "".join(cells) + "</tr>")
