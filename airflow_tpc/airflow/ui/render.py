@@ -169,7 +169,7 @@ def _table(rows: Sequence[Row], now: float, with_owner: bool, in_table: bool = F
         i = row.info
         staged = _staged(i, in_table)
         cells = [
-            f"<td>{state_badge(i)}</td>",
+            f'<td class="state">{state_badge(i)}</td>',
             f'<td class="mono">{esc(i["epoch"])}</td>',
             f'<td class="num">{int(i["attempt"])}</td>',
             f'<td class="num" data-col="files">{number(i.get("files"))}</td>',
