@@ -115,7 +115,8 @@ def _is_table(target: str) -> bool:
 
 
 def open_sink(target: str, namespace: str | None, storage_options: dict[str, Any] | None,
-              catalog: dict[str, str] | None = None, **config: Any) -> Sink:
+              catalog: dict[str, str] | None = None, ledger_uri: str | None = None,
+              **config: Any) -> Sink:
     """A Sink for an existing target; the namespace defaults to the target's claim.
 
     A table target goes through :func:`airflow_tpc.tables.open_sink` (its catalog is
@@ -126,24 +127,25 @@ def open_sink(target: str, namespace: str | None, storage_options: dict[str, Any
 
         try:
             probe = open_any(target, "_inspect", storage_options=storage_options,
-                             catalog_properties=catalog)
+                             catalog_properties=catalog, ledger_uri=ledger_uri)
         except ImportError as exc:  # the table library is an optional extra
             raise TpcError(f"{target} is a table target, and its library is not installed "
                            f"({exc.name or exc}): pip install 'airflow-tpc[tables]'") from None
         owner = probe.claimed_namespace()
         if owner is None:
+            hint = "" if ledger_uri else " (a table whose ledger lies apart: pass --ledger-uri)"
             raise TpcError(f"{target} has no airflow-tpc ledger (no _tpc/sink.json at "
-                           f"{probe.target})")
+                           f"{probe.target}){hint}")
         if namespace is not None and namespace != owner \
                 and not sink_config.allow_foreign_namespace:
             raise TpcError(f"{target} belongs to namespace {owner!r}, not {namespace!r}: "
                            "omit --namespace to use the target's own (abort, recover and gc "
                            "take --allow-foreign-namespace to act as another namespace)")
         return open_any(target, namespace or owner, storage_options=storage_options,
-                        catalog_properties=catalog, config=sink_config)
-    if catalog:
-        raise TpcError(f"--catalog-property/--catalog-config given for {target}, which is a "
-                       "folder, not a table")
+                        catalog_properties=catalog, config=sink_config, ledger_uri=ledger_uri)
+    if catalog or ledger_uri:
+        raise TpcError(f"--catalog-property/--catalog-config/--ledger-uri given for {target}, "
+                       "which is a folder, not a table")
     storage = open_storage(target, storage_options, copy_workers=sink_config.copy_workers)[0]
     probe = Sink(target, "_inspect", storage=storage)
     owner = probe.claimed_namespace()
@@ -414,6 +416,9 @@ def build_parser() -> argparse.ArgumentParser:
         cat.add_argument("--catalog-config", metavar="FILE",
                          help="catalog properties from a JSON or YAML file (a mapping, or a "
                               ".pyiceberg.yaml with a 'catalog:' section)")
+        cat.add_argument("--ledger-uri", metavar="URI",
+                         help="the table's ledger, kept apart from the table (as the "
+                              "pipeline's ledger_uri): managed table storage, REST catalogs")
         if name in ("abort", "recover", "gc"):
             p.add_argument("--allow-foreign-namespace", action="store_true",
                            help="act on a target claimed by another namespace than --namespace")
@@ -446,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
         config = {"allow_foreign_namespace": True} \
             if getattr(args, "allow_foreign_namespace", False) else {}
         sink = open_sink(args.target, args.namespace, options, catalog_properties(args),
-                         **config)
+                         getattr(args, "ledger_uri", None), **config)
         out = args.fn(sink, args)
     except Exception as exc:
         message = _unreachable_message(exc, args, options)

@@ -14,7 +14,14 @@ class TpcError(Exception):
 
 
 class StorageError(TpcError):
-    """The store refused or failed an operation (after retries)."""
+    """The store refused or failed an operation (after retries).
+
+    ``denied``: the store answered "access denied" (S3 403, a local permission error),
+    which no retry changes."""
+
+    def __init__(self, *args: object, denied: bool = False) -> None:
+        super().__init__(*args)
+        self.denied = denied
 
 
 class LedgerError(TpcError):

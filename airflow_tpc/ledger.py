@@ -150,6 +150,9 @@ class Layout:
     storage: Storage
     root: str
     staging_root: str = ""
+    #: Where attempts' seals (manifest and sidecars) lie when not in their staging: a
+    #: table whose location takes only data files keeps them under its ledger.
+    seal_root: str = ""
 
     def __post_init__(self) -> None:
         if not self.staging_root:
@@ -192,6 +195,22 @@ class Layout:
     def staging(self, epoch: str, attempt: int) -> str:
         return self.storage.join(self.staging_root, f"epoch={epoch}", attempt_name(attempt))
 
+    def sealed(self, epoch: str, attempt: int) -> str:
+        """The folder of an attempt's seal (``_tpc_manifest.json``, its sidecars): the
+        attempt's staging, or its folder under :attr:`seal_root`."""
+        if not self.seal_root:
+            return self.staging(epoch, attempt)
+        return self.storage.join(self.seal_root, f"epoch={epoch}", attempt_name(attempt))
+
+    def remove_seal(self, epoch: str, attempt: int) -> None:
+        """Delete a seal kept apart from staging, after the staging it describes (a crash
+        in between leaves a seal of no files, removed again next time); nothing to do
+        when the seal is in staging."""
+        if self.seal_root:
+            path = self.sealed(epoch, attempt)
+            self.storage.delete_prefix(path)
+            self.storage.prune_empty_parent(path)
+
     def check_staging(self, epoch: str, attempt: int) -> str:
         """The attempt's staging path, refused unless every folder of it is real.
 
@@ -218,6 +237,7 @@ class Layout:
         path = self.check_staging(epoch, attempt)
         self.storage.delete_prefix(path)
         self.storage.prune_empty_parent(path)
+        self.remove_seal(epoch, attempt)
 
     def published_dir(self, epoch: str) -> str:
         return self.storage.join(self.root, f"epoch={epoch}")

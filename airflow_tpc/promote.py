@@ -149,7 +149,8 @@ def promote(layout: Layout, epoch: str, attempt: int, decision: CommitDecision,
 
 def _promote(layout: Layout, epoch: str, attempt: int, decision: CommitDecision,
              load_manifest: Callable[[], Manifest], staging_verified: bool) -> bool:
-    strategy = strategy_for(layout.storage, decision.mode, getattr(layout, "table", None))
+    strategy = strategy_for(layout.storage, decision.mode, getattr(layout, "table", None),
+                            decision.scope)
     staging = layout.check_staging(epoch, attempt)
     dst = layout.check_published(epoch)
     raw, version = layout.storage.read_versioned(layout.marker(epoch))
@@ -326,15 +327,17 @@ class ManifestOnly(Strategy):
         _delete_displaced(layout, epoch, attempt, keep=set())
 
 
-def strategy_for(storage: Any, mode: str, table: Any = None) -> Strategy:
+def strategy_for(storage: Any, mode: str, table: Any = None,
+                 scope: dict[str, Any] | None = None) -> Strategy:
     """The strategy a store's capabilities allow for a promotion mode (asked, not
     sniffed from the URI); a store that can do neither is refused.
 
     ``table``: the table target of a table sink (``airflow_tpc.tables``, carried on its
-    layout); its switch is the table format's own atomic commit, whatever the store.
+    layout); its switch is the table format's own atomic commit, whatever the store,
+    replacing the rows the decision's ``scope`` names.
     """
     if table is not None:  # --- table targets (issue 11) ---
-        strategy: Strategy = table.strategy()
+        strategy: Strategy = table.strategy(scope)
         return strategy
     if mode == "manifest":
         return ManifestOnly()
@@ -384,7 +387,8 @@ def _verify_staging(layout: Layout, manifest: Manifest, verify: str) -> None:
     none rewritten (sizes, and checksums or ETags under ``verify="checksum"``)."""
     staging = layout.staging(manifest.epoch, manifest.attempt)
     try:
-        verify_against_storage(layout.storage, staging, manifest, verify)
+        verify_against_storage(layout.storage, staging, manifest, verify,
+                               seal=layout.sealed(manifest.epoch, manifest.attempt))
     except ManifestError as exc:
         raise ManifestError(
             f"cannot promote epoch {manifest.epoch} attempt {manifest.attempt}: {exc}. Its "

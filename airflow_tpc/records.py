@@ -73,15 +73,18 @@ class CommitDecision:
     totals: Totals
     #: Version 1 records only: the whole manifest document.
     embedded: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    #: A table target's scope: which rows of the table the commit replaces
+    #: (``airflow_tpc.tables.scope``); None: the epoch's partition (or a folder).
+    scope: dict[str, Any] | None = None
 
     outcome = "commit"
 
     @classmethod
     def for_manifest(cls, manifest: Manifest, *, decided_at: float, mode: str, verify: str,
-                     forced: bool) -> CommitDecision:
+                     forced: bool, scope: dict[str, Any] | None = None) -> CommitDecision:
         return cls(manifest.namespace, manifest.txn_id, decided_at, mode, verify, forced,
                    manifest.digest, Totals(manifest.total_files, manifest.total_bytes,
-                                           manifest.total_rows))
+                                           manifest.total_rows), scope=scope)
 
     def to_doc(self, manifest: Manifest) -> dict[str, Any]:
         """The version 2 record: O(1) in the file count."""
@@ -92,7 +95,8 @@ class CommitDecision:
                 "decided_at": self.decided_at, "mode": self.mode, "verify": self.verify,
                 "forced": self.forced, "manifest_digest": self.manifest_digest,
                 "totals": {"files": self.totals.files, "bytes": self.totals.bytes,
-                           "rows": self.totals.rows}}
+                           "rows": self.totals.rows},
+                **({"scope": self.scope} if self.scope is not None else {})}
 
 
 @dataclass(frozen=True)
@@ -237,10 +241,14 @@ def _commit_decision(doc: dict[str, Any], bad: Any, same_txn: Any, staging_uri: 
         raise bad(f"has an unknown promotion mode {mode!r}")
     if verify not in VERIFY_MODES:
         raise bad(f"has an unknown verification mode {verify!r}")
+    scope = doc.get("scope")
+    if scope is not None and not (isinstance(scope, dict) and isinstance(scope.get("kind"), str)):
+        raise bad(f"has a malformed scope {scope!r}")
     return CommitDecision(namespace, txn_id, float(doc["decided_at"])
                           if _number(doc.get("decided_at")) else 0.0, mode, verify,
                           doc.get("forced") is True, digest,
-                          Totals(totals["files"], totals["bytes"], totals.get("rows")), embedded)
+                          Totals(totals["files"], totals["bytes"], totals.get("rows")), embedded,
+                          scope=scope)
 
 
 def needs_finishing(kinds: set[str]) -> bool:

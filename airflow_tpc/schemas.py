@@ -174,7 +174,11 @@ def decision_schema() -> dict[str, Any]:
                       "verify": {"enum": list(VERIFY_MODES)},
                       "forced": {"type": "boolean"},
                       "manifest_digest": {"type": "string", "pattern": DIGEST_PATTERN},
-                      "totals": _totals(), "writer": WRITER},
+                      "totals": _totals(), "writer": WRITER,
+                      "scope": {"type": "object", "required": ["kind"],
+                                "properties": {"kind": {"enum": ["where", "append"]},
+                                               "where": {"type": "string",
+                                                         "minLength": 1}}}},
                      ["format", "version", "outcome", "txn", "txn_id", "staging",
                       "decided_at", "mode", "verify", "forced", "manifest_digest", "totals"])
     legacy_commit = _object({"outcome": {"const": "commit"}, "version": {"const": 1},
@@ -240,10 +244,14 @@ def sink_claim_schema() -> dict[str, Any]:
     return _document(
         "sink", "airflow-tpc namespace claim (_tpc/sink.json)",
         "The namespace that owns the target, and (version 2) where its staging lies; "
-        "written once. A claim without `staging_root` stages in `<target>/_tpc/staging`.",
+        "written once. A claim without `staging_root` stages in `<target>/_tpc/staging`. "
+        "A table's ledger kept apart from the table (`ledger_uri`) names the table "
+        "(`table`, its URI) and its location (`table_location`).",
         _object({"format": {"const": "airflow-tpc-sink"}, "version": {"enum": [1, 2]},
                  "namespace": {"type": "string", "minLength": 1},
-                 "staging_root": {"type": "string", "minLength": 1}},
+                 "staging_root": {"type": "string", "minLength": 1},
+                 "table": {"type": "string", "minLength": 1},
+                 "table_location": {"type": "string", "minLength": 1}},
                 ["format", "namespace"]))
 
 

@@ -15,6 +15,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from . import promote as _promote
@@ -31,6 +32,7 @@ from .errors import (
 )
 from .faults import crashpoint
 from .ledger import (
+    TPC_DIR,
     AttemptRecords,
     Layout,
     Ledger,
@@ -134,8 +136,6 @@ class Sink:
         # otherwise it is the one the target's claim records, read on first use.
         self._layout: Layout | None = None
         self._ledger: Ledger | None = None
-        if self._configured_staging:
-            self._layout = Layout(self.storage, root, self._configured_staging)
 
     # ----------------------------------------------------------------- layout
     @property
@@ -196,8 +196,12 @@ class Sink:
 
     def _adopt(self, claim: dict[str, Any] | None) -> None:
         """Take the layout the claim records (a configured staging root must agree with
-        it: two places would hide attempts from each other)."""
+        it: two places would hide attempts from each other).  A claim naming a
+        ``table_location`` is a table's ledger kept apart from the table, whose
+        location takes data files only: its seals lie under ``_tpc/sealed``."""
         recorded = self._claimed_staging_root(claim)
+        seal_root = self.storage.join(self._root, TPC_DIR, "sealed") \
+            if claim is not None and claim.get("table_location") else ""
         if self._configured_staging:
             if claim is not None and claim.get("staging_root") is not None \
                     and recorded.rstrip("/") != self._configured_staging.rstrip("/"):
@@ -206,9 +210,15 @@ class Sink:
                     f"in its claim {self.storage.uri(self.layout_claim_path)}), but this sink "
                     f"is configured with staging_root {self.config.staging_root}; a target "
                     "keeps the staging root it was created with")
-            return
-        if self._layout is None or self._layout.staging_root != recorded:
-            self.layout = Layout(self.storage, self._root, recorded)
+            recorded = self._configured_staging
+        if self._layout is None:
+            self.layout = Layout(self.storage, self._root, recorded, seal_root)
+        elif (self._layout.staging_root, self._layout.seal_root) != (recorded, seal_root):
+            self.layout = replace(self._layout, staging_root=recorded, seal_root=seal_root)
+
+    def _claim_fields(self) -> dict[str, Any]:
+        """More fields of a new claim (a table sink's ledger apart names its table)."""
+        return {}
 
     def _load_claim(self) -> dict[str, Any] | None:
         """The namespace claim, checked (one read); None if the target is unclaimed."""
@@ -335,7 +345,7 @@ class Sink:
             self.storage.check_real_dirs(by_name.staging_base, by_name.staging_root,
                                          links_only=True)
             doc: dict[str, Any] = {"format": "airflow-tpc-sink", "version": 2,
-                                   "namespace": self.namespace}
+                                   "namespace": self.namespace, **self._claim_fields()}
             if not self._configured_staging:
                 # Only a root airflow-tpc chose is recorded: a configured one (table
                 # targets) stays the sink's to name, so a sink opened without that
@@ -437,15 +447,20 @@ class Sink:
                                 f"manifest would be {len(data)} bytes, above the "
                                 f"{MAX_MANIFEST_BYTES} byte cap; write fewer, larger files "
                                 "(e.g. coalesce or repartition before writing)")
+        seal = self.layout.sealed(txn.epoch, txn.attempt)
         if prints:
-            self.storage.put(self.storage.join(staging, FINGERPRINTS_NAME), prints)
+            self.storage.put(self.storage.join(seal, FINGERPRINTS_NAME), prints)
         if stats:
-            self.storage.put(self.storage.join(staging, TABLE_STATS_NAME), stats)
+            self.storage.put(self.storage.join(seal, TABLE_STATS_NAME), stats)
         crashpoint("precommit.before_manifest")
-        self.storage.put(self.storage.join(staging, MANIFEST_NAME), data)
+        self.storage.put(self.storage.join(seal, MANIFEST_NAME), data)
         log.info("pre-committed %s: %d files, %d bytes, digest %s", txn.txn_id,
                  manifest.total_files, manifest.total_bytes, manifest.digest)
         return manifest
+
+    def _decision_scope(self) -> dict[str, Any] | None:
+        """What a commit decision records of the rows it replaces (table sinks); None."""
+        return None
 
     def _table_stats_doc(self, txn: Transaction, staged: dict[str, ObjectInfo]) -> bytes | None:
         """A table target's per-file statistics, sealed beside the manifest (its sha256 in
@@ -453,13 +468,13 @@ class Sink:
         return None
 
     def manifest_uri(self, txn: Transaction) -> str:
-        return self.storage.uri(self.storage.join(self.layout.staging(txn.epoch, txn.attempt),
+        return self.storage.uri(self.storage.join(self.layout.sealed(txn.epoch, txn.attempt),
                                                   MANIFEST_NAME))
 
     def read_manifest(self, txn: Transaction) -> Manifest | None:
         """The attempt's pre-commit manifest, validated; None if not pre-committed yet."""
-        staging = self.layout.staging(txn.epoch, txn.attempt)
-        data = self.storage.read_bytes(self.storage.join(staging, MANIFEST_NAME))
+        seal = self.layout.sealed(txn.epoch, txn.attempt)
+        data = self.storage.read_bytes(self.storage.join(seal, MANIFEST_NAME))
         if data is None:
             return None
         manifest = Manifest.parse(data, where=f"manifest of {txn.txn_id}")
@@ -561,10 +576,12 @@ class Sink:
                                 f"{manifest.digest}, but {expected_digest} was validated: it "
                                 "changed after pre-commit")
         verify_against_storage(self.storage, self.layout.check_staging(txn.epoch, txn.attempt),
-                               manifest, self.config.verify)
+                               manifest, self.config.verify,
+                               seal=self.layout.sealed(txn.epoch, txn.attempt))
         decision = CommitDecision.for_manifest(
             manifest, decided_at=time.time(), mode=self.config.promotion,
-            verify=self.config.verify, forced=bool(force and txn.expired()))
+            verify=self.config.verify, forced=bool(force and txn.expired()),
+            scope=self._decision_scope())
         crashpoint("commit.before_decision")
         created, winner = self.ledger.create_or_get(txn.epoch, txn.attempt, DECISION,
                                                     decision.to_doc(manifest))
@@ -612,13 +629,14 @@ class Sink:
         if decision.embedded is not None:
             manifest = Manifest.parse(decision.embedded, where=where)
         else:
-            staging = self.layout.check_staging(epoch, attempt)
-            raw = self.storage.read_bytes(self.storage.join(staging, MANIFEST_NAME))
+            self.layout.check_staging(epoch, attempt)
+            seal = self.layout.sealed(epoch, attempt)
+            raw = self.storage.read_bytes(self.storage.join(seal, MANIFEST_NAME))
             if raw is None:
                 raise ManifestError(
                     f"cannot promote epoch {epoch} attempt {attempt}: its sealed manifest "
-                    f"{staging_uri}/{MANIFEST_NAME} is gone although the commit was decided "
-                    f"(digest {decision.manifest_digest}); staging was changed outside "
+                    f"{self.storage.uri(seal)}/{MANIFEST_NAME} is gone although the commit "
+                    f"was decided (digest {decision.manifest_digest}); staging was changed outside "
                     "airflow-tpc. Restore it and run recover again.")
             manifest = Manifest.parse(raw, where=f"sealed manifest of {epoch}/{attempt}")
         if manifest.digest != decision.manifest_digest:
@@ -845,8 +863,9 @@ class Sink:
         """What an abort of (epoch, attempt) throws away, if it was pre-committed: the
         file count, bytes, digest and first file names; "" if it was not sealed."""
         try:
-            staging = self.layout.check_staging(epoch, attempt)
-            raw = self.storage.read_bytes(self.storage.join(staging, MANIFEST_NAME))
+            self.layout.check_staging(epoch, attempt)
+            raw = self.storage.read_bytes(self.storage.join(self.layout.sealed(epoch, attempt),
+                                                            MANIFEST_NAME))
         except StorageError as exc:
             return f"(its staging cannot be inspected: {exc})"
         if raw is None:
@@ -1108,7 +1127,8 @@ class Sink:
         staged = self.storage.list(staging)
         raw = None
         if decision is None:
-            raw = self.storage.read_bytes(self.storage.join(staging, MANIFEST_NAME))
+            raw = self.storage.read_bytes(self.storage.join(self.layout.sealed(epoch, attempt),
+                                                            MANIFEST_NAME))
         state = derive_state(rec.kinds, decision, sealed=raw is not None)
         totals: Totals | None = None
         if isinstance(decision, CommitDecision):

@@ -123,7 +123,7 @@ def digest_bytes(data: bytes) -> str:
 
 
 def verify_against_storage(storage: Storage, staging: str, manifest: Manifest,
-                           verify: str = "fingerprint") -> None:
+                           verify: str = "fingerprint", *, seal: str | None = None) -> None:
     """Refuse a manifest whose files are not exactly what staging holds.
 
     Always: no file missing, none unlisted, sizes equal.  Then by ``verify``:
@@ -131,6 +131,7 @@ def verify_against_storage(storage: Storage, staging: str, manifest: Manifest,
     file's status with the one sealed at pre-commit (a same-size rewrite moves the
     inode or the ctime), falling back to re-hashing if no fingerprints were
     sealed; ``"checksum"`` re-hashes every local file; ``"size"`` stops here.
+    ``seal``: the folder of the sealed sidecars when not ``staging`` (a ledger apart).
     """
     staged = list_staged(storage, staging)
     listed = {f.path: f for f in manifest.files}
@@ -148,7 +149,7 @@ def verify_against_storage(storage: Storage, staging: str, manifest: Manifest,
             raise ManifestError(f"{rel!r} is {info.size} bytes in storage but the manifest says "
                                 f"{entry.size}")
     if verify == "fingerprint" and storage.native_checksum is None:
-        prints = _sealed_fingerprints(storage, staging, manifest)
+        prints = _sealed_fingerprints(storage, seal or staging, manifest)
         if prints is not None:
             # Only files whose status moved are read: a restored copy with the sealed
             # bytes passes, a rewrite does not.

@@ -18,3 +18,15 @@ fi
 if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   apt-get update -qq && apt-get install -y -qq chromium
 fi
+# DuckDB's own Iceberg and Delta readers, for the tests that read every table state with
+# them (tests/duckdb_readers.py): DuckDB 1.5.5 and its extension wheels, which match that
+# version only, live in their own venv (the project's DuckDB is 2.x).
+readers=.venv-readers
+readers_stamp=$readers/.tpc-installed-1
+if [ ! -f "$readers_stamp" ]; then
+  "$PY" -m venv "$readers"
+  .venv/bin/python -m uv pip install --quiet --python "$readers/bin/python" duckdb==1.5.5 \
+    duckdb-extension-avro==1.5.5 duckdb-extension-iceberg==1.5.5 \
+    duckdb-extension-delta==1.5.5 duckdb-extension-httpfs==1.5.5
+  touch "$readers_stamp"
+fi

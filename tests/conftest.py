@@ -52,9 +52,13 @@ def s3_bucket(s3_options):
 
 
 def make_store(kind: str, request, tmp_path):
-    """(target_uri, storage_options) for a store kind: "local" or "s3"."""
+    """(target_uri, storage_options) for a store kind: "local", "s3" (moto) or "seaweed"
+    (SeaweedFS: a second real S3, which also enforces ``CopySourceIfMatch``)."""
     if kind == "local":
         return str(tmp_path / "target"), None
+    if kind == "seaweed":
+        seaweed = request.getfixturevalue("seaweed")
+        return f"{seaweed.new_prefix()}/tables/events", seaweed.s3_options()
     options = request.getfixturevalue("s3_options")
     bucket = request.getfixturevalue("s3_bucket")
     return f"s3://{bucket}/tables/events", options
@@ -64,3 +68,14 @@ def make_store(kind: str, request, tmp_path):
 def store(request, tmp_path):
     """(target_uri, storage_options) on each store kind the protocol supports."""
     return make_store(request.param, request, tmp_path)
+
+
+@pytest.fixture(scope="session")
+def seaweed(tmp_path_factory):
+    """SeaweedFS (tests/seaweed.py): a second real S3 and a real Iceberg REST catalog on
+    127.0.0.1, started once per session."""
+    from tests import seaweed as sw
+
+    server = sw.start(tmp_path_factory.mktemp("seaweed"))
+    yield server
+    server.stop()

@@ -1,9 +1,9 @@
 """Bases of the protocol tasks: the sink arguments declared once, like the Amazon provider's
 ``AwsBaseOperator``/``AwsBaseSensor`` (``aws_conn_id``, ``region_name``, ``aws_template_fields``).
 
-Every protocol task (submit, sensor, commit, abort) takes the same six arguments —
+Every protocol task (submit, sensor, commit, abort) takes the same sink arguments —
 ``target``, ``namespace``, ``storage_conn_id``, ``storage_options``, ``sink_config``,
-``catalog_conn_id`` —
+and for a table ``catalog_conn_id``, ``ledger_uri``, ``replace_where``, ``write_mode`` —
 and must turn them into the same hook.  :class:`TpcBaseOperator` declares them, checks
 them (no secret in ``storage_options``: operator arguments are rendered in the UI and
 serialised with the DAG), names their template fields (:func:`tpc_template_fields`) and
@@ -23,7 +23,8 @@ from airflow_tpc.airflow.hooks import SinkArgs, TpcHook
 
 #: The sink arguments that are templated on every protocol task (``storage_options`` and
 #: ``sink_config`` are not: they are checked when the DAG is parsed).
-TPC_TEMPLATE_FIELDS = ("target", "namespace", "storage_conn_id", "catalog_conn_id")
+TPC_TEMPLATE_FIELDS = ("target", "namespace", "storage_conn_id", "catalog_conn_id",
+                       "ledger_uri", "replace_where")
 
 
 def tpc_template_fields(*template_fields: str) -> tuple[str, ...]:
@@ -54,6 +55,17 @@ class TpcBaseOperator(BaseOperator):
     :param catalog_conn_id: for a table target (``iceberg://<catalog>/<ns>.<table>``), the
         ``iceberg_catalog`` connection holding the catalog's properties (templated);
         without it pyiceberg's own configuration (``~/.pyiceberg.yaml``, environment).
+    :param ledger_uri: for a table target, a folder on the table's store for the ledger,
+        claim, markers and seals, apart from the table (templated): needed where the
+        table's storage takes only the table's own files (a REST catalog's managed
+        storage, S3 Tables) and for a new table of a REST catalog.  Without it they live
+        in the table's location.
+    :param replace_where: for an Iceberg table of any partitioning, the rows one epoch
+        owns and a commit replaces (templated), e.g. ``"event_date = '{{ ds }}'"`` or
+        ``{"event_date": "{{ ds }}"}``; every staged row must satisfy it.  The commit's
+        decision records it, so a later recover applies exactly what was decided.
+    :param write_mode: ``"replace"`` (default) or ``"append"`` (an Iceberg target: each
+        commit adds its files, idempotent by transaction, never replacing).
     """
 
     template_fields = tpc_template_fields()
@@ -64,23 +76,33 @@ class TpcBaseOperator(BaseOperator):
     storage_options: dict[str, Any]
     sink_config: SinkConfig | dict[str, Any] | None
     catalog_conn_id: str | None
+    ledger_uri: str | None
+    replace_where: Any
+    write_mode: str
 
     def __init__(self, *, target: str, namespace: str, storage_conn_id: str | None = None,
                  storage_options: dict[str, Any] | None = None,
                  sink_config: SinkConfig | dict[str, Any] | None = None,
                  catalog_conn_id: str | None = None,
+                 ledger_uri: str | None = None,
+                 replace_where: Any = None,
+                 write_mode: str = "replace",
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         # Checked now (a refused secret fails the DAG import, before anything renders or
         # stores it) and again whenever the hook is built from the rendered arguments.
         args = SinkArgs(target, namespace, storage_conn_id, storage_options, sink_config,
-                        catalog_conn_id, where=type(self).__name__)
+                        catalog_conn_id, ledger_uri, replace_where, write_mode,
+                        where=type(self).__name__)
         self.target = args.target
         self.namespace = args.namespace
         self.storage_conn_id = args.storage_conn_id
         self.storage_options = args.storage_options or {}
         self.sink_config = args.sink_config
         self.catalog_conn_id = args.catalog_conn_id
+        self.ledger_uri = args.ledger_uri
+        self.replace_where = args.replace_where
+        self.write_mode = args.write_mode
         self._tpc_hook_for: tuple[SinkArgs, TpcHook] | None = None
 
     @property
@@ -88,7 +110,8 @@ class TpcBaseOperator(BaseOperator):
         """The sink arguments as they are now (rendered, inside ``execute``)."""
         return SinkArgs(self.target, self.namespace, self.storage_conn_id,
                         self.storage_options, self.sink_config, self.catalog_conn_id or None,
-                        where=type(self).__name__)
+                        self.ledger_uri or None, self.replace_where,
+                        self.write_mode or "replace", where=type(self).__name__)
 
     @property
     def tpc_hook(self) -> TpcHook:

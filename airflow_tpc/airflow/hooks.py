@@ -210,7 +210,7 @@ def sink_config_dict(config: SinkConfig | dict[str, Any] | None) -> dict[str, An
 
 #: Names of the sink arguments, in the order operators, sensor and trigger declare them.
 SINK_ARG_NAMES = ("target", "namespace", "storage_conn_id", "storage_options", "sink_config",
-                  "catalog_conn_id")
+                  "catalog_conn_id", "ledger_uri", "replace_where", "write_mode")
 
 
 def is_table_target(target: str) -> bool:
@@ -374,6 +374,11 @@ class SinkArgs:
     :param catalog_conn_id: for a table target, the ``iceberg_catalog`` connection holding
         the catalog's properties; without it pyiceberg's own configuration is used
         (``~/.pyiceberg.yaml``, ``PYICEBERG_CATALOG__<NAME>__*``).
+    :param ledger_uri: for a table target, where its ledger lives apart from the table
+        (see :func:`airflow_tpc.tables.open_sink`).
+    :param replace_where: for an Iceberg target, the rows one epoch owns (a predicate or
+        a column mapping; :mod:`airflow_tpc.tables.scope`).
+    :param write_mode: ``"replace"`` (default) or ``"append"`` (Iceberg targets).
     :param where: who passed them, for the refusal message.
     """
 
@@ -383,6 +388,9 @@ class SinkArgs:
     storage_options: dict[str, Any] | None = None
     sink_config: SinkConfig | dict[str, Any] | None = None
     catalog_conn_id: str | None = None
+    ledger_uri: str | None = None
+    replace_where: Any = None
+    write_mode: str = "replace"
     where: InitVar[str] = "SinkArgs"
 
     def __post_init__(self, where: str) -> None:
@@ -394,7 +402,8 @@ class SinkArgs:
                 "storage_conn_id": self.storage_conn_id,
                 "storage_options": dict(self.storage_options or {}),
                 "sink_config": sink_config_dict(self.sink_config),
-                "catalog_conn_id": self.catalog_conn_id}
+                "catalog_conn_id": self.catalog_conn_id, "ledger_uri": self.ledger_uri,
+                "replace_where": self.replace_where, "write_mode": self.write_mode}
 
     @classmethod
     def from_txn_doc(cls, doc: dict[str, Any], where: str = "transaction XCom") -> SinkArgs:
@@ -402,13 +411,16 @@ class SinkArgs:
         name, public options): how the UI plugin finds a run's transactions."""
         return cls(doc.get("table") or doc["target"], doc["namespace"],
                    doc.get("storage_conn_id") or None, doc.get("storage_options") or None,
-                   catalog_conn_id=doc.get("catalog_conn_id") or None, where=where)
+                   catalog_conn_id=doc.get("catalog_conn_id") or None,
+                   ledger_uri=doc.get("ledger_uri") or None, where=where)
 
     def hook(self, *, connection: Connection | None = None,
              catalog_connection: Connection | None = None) -> TpcHook:
         return TpcHook(self.target, self.namespace, storage_conn_id=self.storage_conn_id,
                        storage_options=self.storage_options, config=self.sink_config,
-                       catalog_conn_id=self.catalog_conn_id, connection=connection,
+                       catalog_conn_id=self.catalog_conn_id, ledger_uri=self.ledger_uri,
+                       replace_where=self.replace_where, write_mode=self.write_mode,
+                       connection=connection,
                        catalog_connection=catalog_connection)
 
 
@@ -454,6 +466,8 @@ class TpcHook(BaseHook):
     :param config: :class:`SinkConfig` or its keyword arguments.
     :param catalog_conn_id: a table target's ``iceberg_catalog`` connection
         (:class:`IcebergCatalogHook`); None: pyiceberg's own configuration.
+    :param ledger_uri: a table target's ledger apart from the table (managed storage).
+    :param replace_where, write_mode: which rows of an Iceberg table an epoch owns.
     """
 
     conn_name_attr = "storage_conn_id"
@@ -465,11 +479,17 @@ class TpcHook(BaseHook):
                  storage_options: dict[str, Any] | None = None,
                  config: SinkConfig | dict[str, Any] | None = None,
                  catalog_conn_id: str | None = None,
+                 ledger_uri: str | None = None,
+                 replace_where: Any = None,
+                 write_mode: str = "replace",
                  connection: Connection | None = None,
                  catalog_connection: Connection | None = None) -> None:
         super().__init__()
         self.target = target
         self.catalog_conn_id = catalog_conn_id
+        self.ledger_uri = ledger_uri
+        self.replace_where = replace_where
+        self.write_mode = write_mode
         self._catalog_connection = catalog_connection
         self.namespace = namespace
         self.storage_conn_id = storage_conn_id
@@ -515,6 +535,12 @@ class TpcHook(BaseHook):
         """A table target (``iceberg://...``): a catalog resolves it, not a folder."""
         return is_table_target(str(self.target))
 
+    @property
+    def epoch_layout(self) -> bool:
+        """Whether a table target's files carry the ``epoch`` column (no
+        ``replace_where``, no append): what the job is told to write."""
+        return self.replace_where is None and self.write_mode == "replace"
+
     def catalog_properties(self) -> dict[str, str] | None:
         """The catalog connection's properties (secrets included: never log or return them
         to a task); None without ``catalog_conn_id`` (pyiceberg's own configuration)."""
@@ -531,12 +557,19 @@ class TpcHook(BaseHook):
         if self.catalog_conn_id and not self.is_table:
             raise ValueError(f"catalog_conn_id={self.catalog_conn_id!r} is given, but "
                              f"target {self.target!r} is a folder, not a table")
+        for name in ("ledger_uri", "replace_where"):
+            if getattr(self, name) and not self.is_table:
+                raise ValueError(f"{name}={getattr(self, name)!r} is given, but target "
+                                 f"{self.target!r} is a folder, not a table")
         options = self.storage_options()
         if self._sink is None or options != self._sink_options:
             self._sink = open_sink(self.target, self.namespace, storage_options=options,
                                    config=self.config,
                                    catalog_properties=self.catalog_properties()
-                                   if self.is_table else None)
+                                   if self.is_table else None,
+                                   ledger_uri=self.ledger_uri or None,
+                                   replace_where=self.replace_where,
+                                   mode=self.write_mode or "replace")
             self._sink_options = options
         return self._sink
 

@@ -83,7 +83,7 @@ def _build_zip(path: str) -> str:
 
 def job_payload(txn: Transaction, *, guarantee: str, promotion: str,
                 public_storage: dict[str, Any], credentials_file: str | None = None,
-                table: str | None = None) -> str:
+                table: str | None = None, epoch_column: bool = True) -> str:
     """The JSON for ``spark.airflow_tpc.txn``: the transaction, never a credential.
 
     Defined once, by the job side that parses it
@@ -94,7 +94,7 @@ def job_payload(txn: Transaction, *, guarantee: str, promotion: str,
 
     return build_payload(txn, guarantee=guarantee, promotion=promotion,
                          storage_options=public_storage, credentials_file=credentials_file,
-                         table=table)
+                         table=table, epoch_column=epoch_column)
 
 
 # -- handing credentials to spark-submit, never on its command line ------------------------
@@ -322,7 +322,8 @@ class StagedSparkSubmitOperator(TpcBaseOperator, SparkSubmitOperator):
         doc = {**txn.to_dict(), "storage_conn_id": self.storage_conn_id,
                "storage_options": hook.public_options}
         if hook.is_table:  # the table URI and the catalog connection's *name*, never its
-            doc.update(table=self.target, catalog_conn_id=self.catalog_conn_id)  # properties
+            doc.update(table=self.target, catalog_conn_id=self.catalog_conn_id,  # properties
+                       ledger_uri=self.ledger_uri)
         context["ti"].xcom_push(key=TXN_XCOM_KEY, value=doc)
         TransactionLink.persist(context, txn)
         files = self.files
@@ -337,7 +338,8 @@ class StagedSparkSubmitOperator(TpcBaseOperator, SparkSubmitOperator):
                 txn, guarantee=self.guarantee, promotion=sink.config.promotion,
                 public_storage=hook.job_public_options(),
                 credentials_file=os.path.basename(cred_path) if cred_path else None,
-                table=self.target if hook.is_table else None)}
+                table=self.target if hook.is_table else None,
+                epoch_column=hook.epoch_layout)}
             if self.ship_package:
                 shipped = package_zip()
                 self.py_files = f"{self.py_files},{shipped}" if self.py_files else shipped

@@ -31,6 +31,9 @@ def exactly_once_spark_group(
     storage_options: dict[str, Any] | None = None,
     sink_config: SinkConfig | dict[str, Any] | None = None,
     catalog_conn_id: str | None = None,
+    ledger_uri: str | None = None,
+    replace_where: Any = None,
+    write_mode: str = "replace",
     outlets: list[Asset] | None = None,
     sensor_mode: str = "poke",
     deferrable: bool = False,
@@ -59,11 +62,15 @@ def exactly_once_spark_group(
     :param target: a folder (``/abs/path``, ``s3://bucket/prefix``) or a table
         (``iceberg://<catalog>/<namespace>.<table>``), taken the same way; for a table the
         job writes Parquet files with a string ``epoch`` column into ``txn.output_uri``
-        (docs/tables.md) and ``catalog_conn_id`` names the catalog's connection.
+        (docs/tables.md) and ``catalog_conn_id`` names the catalog's connection;
+        ``ledger_uri`` keeps the table's ledger apart from it (managed table storage,
+        a new table of a REST catalog); ``replace_where`` / ``write_mode`` say which
+        rows of an Iceberg table of any partitioning an epoch owns (docs/tables.md).
     """
     shared = {"target": target, "namespace": namespace, "storage_conn_id": storage_conn_id,
               "storage_options": storage_options, "sink_config": sink_config,
-              "catalog_conn_id": catalog_conn_id}
+              "catalog_conn_id": catalog_conn_id, "ledger_uri": ledger_uri,
+              "replace_where": replace_where, "write_mode": write_mode}
     with TaskGroup(group_id=group_id) as group:
         submit = StagedSparkSubmitOperator(task_id="submit", application=application,
                                            epoch=epoch, conn_id=conn_id, **shared,
@@ -84,6 +91,9 @@ def exactly_once_tasks(
     storage_options: dict[str, Any] | None = None,
     sink_config: SinkConfig | dict[str, Any] | None = None,
     catalog_conn_id: str | None = None,
+    ledger_uri: str | None = None,
+    replace_where: Any = None,
+    write_mode: str = "replace",
     outlets: list[Asset] | None = None,
     sensor_mode: str = "poke",
     deferrable: bool = False,
@@ -108,7 +118,8 @@ def exactly_once_tasks(
     """
     shared = {"target": target, "namespace": namespace, "storage_conn_id": storage_conn_id,
               "storage_options": storage_options, "sink_config": sink_config,
-              "catalog_conn_id": catalog_conn_id}
+              "catalog_conn_id": catalog_conn_id, "ledger_uri": ledger_uri,
+              "replace_where": replace_where, "write_mode": write_mode}
     wait = PrecommitSensor(task_id="wait_precommit", submit_task_id=submit.task_id,
                            mode=sensor_mode, deferrable=deferrable,
                            poke_interval=poke_interval, timeout=sensor_timeout, **shared)

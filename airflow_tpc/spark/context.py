@@ -82,17 +82,22 @@ def public_storage_options(options: dict[str, Any] | None) -> dict[str, Any]:
 def build_payload(txn: Transaction, *, guarantee: DeliveryGuarantee | str = "EXACTLY_ONCE",
                   promotion: str = "move",
                   storage_options: dict[str, Any] | None = None,
-                  credentials_file: str | None = None, table: str | None = None) -> str:
+                  credentials_file: str | None = None, table: str | None = None,
+                  epoch_column: bool = True) -> str:
     """The JSON the submit operator puts in ``spark.airflow_tpc.txn`` (or ``AIRFLOW_TPC_TXN``).
 
     Secrets in ``storage_options`` are dropped here on purpose: the Spark conf is
     shown in the Spark UI and in logs.  ``credentials_file`` is the *name* of a file
     shipped with ``--files`` holding ``AWS_*`` credentials as JSON (never its content).
+    ``epoch_column``: whether a table's files carry the ``epoch`` column (the epoch
+    layout); False for a table whose epoch is a ``replace_where`` or an append.
     """
     doc = {**txn.to_dict(), "guarantee": _as_guarantee(guarantee).value,
            "promotion": promotion, "storage": public_storage_options(storage_options)}
     if table:
         doc["table"] = _check_table_uri(table, "payload")
+        if not epoch_column:
+            doc["epoch_column"] = False
     if credentials_file:
         doc["credentials_file"] = _check_credentials_file_name(credentials_file, "payload")
     return json.dumps(doc, sort_keys=True)
@@ -206,6 +211,9 @@ class JobTransaction:
     #: the string ``epoch`` column (:meth:`with_epoch_column`) and seals them with the
     #: core; the table's own check of the files runs on the Airflow side (the sensor).
     table: str | None = None
+    #: Whether a table's files carry the ``epoch`` column (False: the table's epoch is a
+    #: ``replace_where`` predicate or an append, and its schema has no such column).
+    epoch_column: bool = True
 
     # -- identity ------------------------------------------------------------
     @property
@@ -243,9 +251,11 @@ class JobTransaction:
 
     def with_epoch_column(self, df: Any) -> Any:
         """``df`` with the string column ``epoch`` = this epoch when the target is a table
-        (a table infers each file's partition from it: docs/tables.md); unchanged for a
-        folder, whose epoch is the published folder's name.  Do not ``partitionBy`` it."""
-        if not self.is_table:
+        in the epoch layout (it infers each file's partition from it: docs/tables.md);
+        unchanged for a folder, whose epoch is the published folder's name, and for a
+        table whose epoch is a ``replace_where`` or an append.  Do not ``partitionBy``
+        it."""
+        if not self.is_table or not self.epoch_column:
             return df
         from pyspark.sql import functions as F
 
@@ -303,7 +313,7 @@ class JobTransaction:
     def to_json(self) -> str:
         return build_payload(self.txn, guarantee=self.guarantee, promotion=self.promotion,
                              storage_options=self.storage, credentials_file=self.credentials_file,
-                             table=self.table)
+                             table=self.table, epoch_column=self.epoch_column)
 
     @classmethod
     def from_payload(cls, payload: str | dict[str, Any], *, where: str = "payload"
@@ -341,7 +351,8 @@ class JobTransaction:
         guarantee = _as_guarantee(doc.get("guarantee", DeliveryGuarantee.EXACTLY_ONCE.value))
         txn = Transaction.from_dict(doc)
         return cls(txn, guarantee, str(doc.get("promotion", "move")), dict(storage),
-                   credentials_file=cred_file, table=table)
+                   credentials_file=cred_file, table=table,
+                   epoch_column=doc.get("epoch_column", True) is not False)
 
     # -- the core ------------------------------------------------------------
     def sink(self) -> Sink:

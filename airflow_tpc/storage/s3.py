@@ -119,6 +119,10 @@ def _is_cut_body(exc: BaseException) -> bool:
     return any(type(e).__name__ in _CUT_BODY_ERRORS for e in (exc, exc.__cause__) if e)
 
 
+#: What S3 (and stores that speak it) answer to a request the caller may not make.
+DENIED_CODES = ("AccessDenied", "403", "Forbidden", "AllAccessDisabled")
+
+
 def _client_error_code(exc: Exception) -> str:
     # s3fs turns a ClientError into OSError & co. and keeps it as the __cause__.
     for err in (exc, exc.__cause__):
@@ -126,6 +130,15 @@ def _client_error_code(exc: Exception) -> str:
         if response:
             return str(response.get("Error", {}).get("Code", type(exc).__name__))
     return type(exc).__name__
+
+
+def _precondition_failed(exc: BaseException) -> bool:
+    """The store refused a conditional request (412): the error itself, what s3fs
+    translated it from, or the one s3transfer wrapped in ``S3CopyFailedError``."""
+    if _client_error_code(exc).startswith("PreconditionFailed"):  # type: ignore[arg-type]
+        return True
+    return any("PreconditionFailed" in str(e) or "(412)" in str(e)
+               for e in (exc, exc.__cause__, exc.__context__) if e is not None)
 
 
 class S3Storage(Storage):
@@ -235,7 +248,9 @@ class S3Storage(Storage):
         return f"s3://{path}"
 
     def _fail(self, op: str, path: str, exc: Exception) -> StorageError:
-        return StorageError(f"S3 {op} of {self.uri(path)} failed: {_client_error_code(exc)}")
+        code = _client_error_code(exc)
+        return StorageError(f"S3 {op} of {self.uri(path)} failed: {code}",
+                            denied=code in DENIED_CODES or isinstance(exc, PermissionError))
 
     # -- reading --------------------------------------------------------------
     def _reread_cut_body(self, read: Callable[[], T]) -> T:
@@ -418,16 +433,20 @@ class S3Storage(Storage):
             if size is not None and size > self.multipart_threshold:
                 self._multipart_copy(sbucket, skey, dbucket, dkey, size, etag)
                 return
+            guard = {"CopySourceIfMatch": f'"{etag}"'} if etag is not None else {}
             answer = self.client.copy_object(
-                Bucket=dbucket, Key=dkey, CopySource={"Bucket": sbucket, "Key": skey})
+                Bucket=dbucket, Key=dkey, CopySource={"Bucket": sbucket, "Key": skey}, **guard)
         except StorageError:
             raise
         except Exception as exc:  # noqa: BLE001
-            if _client_error_code(exc).startswith("PreconditionFailed") and etag is not None:
+            if _precondition_failed(exc) and etag is not None:
                 raise self._changed(src, etag) from None
             raise self._fail("copy", src, exc) from None
         copied = str(answer.get("CopyObjectResult", {}).get("ETag", "")).strip('"')
         if etag is not None and copied != etag:
+            # A store that ignored the guard (moto) copied another version: take that
+            # copy back, so nothing unverified is left where readers list.
+            self.delete_files([dst])
             raise self._changed(src, etag, copied)
 
     def _changed(self, src: str, etag: str, now: str | None = None) -> StorageError:

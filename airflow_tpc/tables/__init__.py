@@ -38,30 +38,40 @@ _HOMES = {"IcebergSink": "iceberg", "IcebergTarget": "iceberg", "DeltaSink": "de
 def open_table_sink(target: str, namespace: str, *,
                     catalog_properties: dict[str, str] | None = None,
                     storage_options: dict[str, Any] | None = None,
-                    config: SinkConfig | None = None) -> TableSink:
+                    config: SinkConfig | None = None,
+                    ledger_uri: str | None = None,
+                    replace_where: Any = None, mode: str = "replace") -> TableSink:
     """A sink for a table target URI: ``iceberg://<catalog>/<namespace>.<table>``
     (``catalog_properties``: pyiceberg's catalog properties) or ``delta+file:///<path>``
     / ``delta+s3://<bucket>/<prefix>`` (``catalog_properties``: extra delta-rs storage
-    options, merged over those translated from ``storage_options``)."""
+    options, merged over those translated from ``storage_options``).  ``ledger_uri``:
+    keep the ledger, claim and markers there instead of inside the table's location
+    (managed table storage; a folder on the table's store).  ``replace_where`` (a
+    predicate or a column mapping) / ``mode="append"``: which rows an epoch owns in
+    a table of any partitioning (:mod:`airflow_tpc.tables.scope`; Iceberg)."""
     from ..errors import TpcError
 
     if isinstance(target, str) and target.startswith("iceberg://"):
         from .iceberg import IcebergSink
 
         return IcebergSink(target, namespace, catalog_properties=catalog_properties,
-                           storage_options=storage_options, config=config)
+                           storage_options=storage_options, config=config,
+                           ledger_uri=ledger_uri, replace_where=replace_where, mode=mode)
     if isinstance(target, str) and target.startswith(("delta+file://", "delta+s3://")):
         from .delta import DeltaSink
 
         return DeltaSink(target, namespace, catalog_properties=catalog_properties,
-                         storage_options=storage_options, config=config)
+                         storage_options=storage_options, config=config,
+                         ledger_uri=ledger_uri, replace_where=replace_where, mode=mode)
     raise TpcError(f"{target!r} is not a table target (supported: iceberg://, delta+file://, "
                    "delta+s3://)")
 
 
 def open_sink(target: str, namespace: str, *, storage_options: dict[str, Any] | None = None,
               config: SinkConfig | None = None,
-              catalog_properties: dict[str, str] | None = None) -> Sink:
+              catalog_properties: dict[str, str] | None = None,
+              ledger_uri: str | None = None,
+              replace_where: Any = None, mode: str = "replace") -> Sink:
     """A sink for any target: a table URI (``iceberg://<catalog>/<ns>.<table>``,
     ``delta+file:///<path>``, ``delta+s3://<bucket>/<prefix>``) or a folder.  One call
     for the layers that build sinks from a user's target string (operators, CLI, the
@@ -69,11 +79,16 @@ def open_sink(target: str, namespace: str, *, storage_options: dict[str, Any] | 
     imported only for a table target."""
     if isinstance(target, str) and target.startswith(TABLE_SCHEMES):
         return open_table_sink(target, namespace, catalog_properties=catalog_properties,
-                               storage_options=storage_options, config=config)
-    if catalog_properties:
-        from ..errors import TpcError
+                               storage_options=storage_options, config=config,
+                               ledger_uri=ledger_uri, replace_where=replace_where, mode=mode)
+    for given, name in ((catalog_properties, "catalog_properties"), (ledger_uri, "ledger_uri"),
+                        (replace_where, "replace_where"),
+                        (mode if mode != "replace" else None, "mode")):
+        if given:
+            from ..errors import TpcError
 
-        raise TpcError(f"catalog_properties given for {target!r}, which is not a table target")
+            raise TpcError(f"{name} given for {target!r}, which is not a table target (a "
+                           "folder target keeps its ledger in itself)")
     from ..sink import Sink
 
     return Sink(target, namespace, storage_options=storage_options, config=config)

@@ -28,11 +28,12 @@ from urllib.parse import urlparse
 
 from ..errors import ManifestError, StorageError, TpcError
 from ..faults import crashpoint
-from ..ledger import Layout, Ledger
+from ..ledger import TPC_DIR, Layout, Ledger
 from ..records import DECISION
 from ..sink import Sink
 from ..staging import TABLE_STATS_NAME, digest_bytes, list_staged, on_threads
 from ..transaction import CommitResult, SinkConfig, Transaction
+from .scope import Scope
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..manifest import Manifest
@@ -124,7 +125,7 @@ def stats_bytes(table_key: Any, files: dict[str, dict[str, Any]]) -> bytes:
                        "files": files}, sort_keys=True, separators=(",", ":")).encode()
 
 
-def read_sealed_stats(storage: Storage, staging: str,
+def read_sealed_stats(storage: Storage, seal: str,
                       manifest: Manifest) -> dict[str, Any] | None:
     """The sidecar sealed with ``manifest``, if its sha256 is the one the manifest names
     and it describes exactly the manifest's files and sizes; else None (the caller then
@@ -132,7 +133,7 @@ def read_sealed_stats(storage: Storage, staging: str,
     if not manifest.table_stats:
         return None
     try:
-        raw = storage.read_bytes(storage.join(staging, TABLE_STATS_NAME))
+        raw = storage.read_bytes(storage.join(seal, TABLE_STATS_NAME))
     except StorageError as exc:
         log.warning("cannot read the table statistics of %s (%s); reading the footers",
                     manifest.txn_id, exc)
@@ -163,24 +164,32 @@ class TableTarget(Protocol):
     #: ``iceberg://…`` / ``delta+…://…``: how users and Asset events name the table.
     uri: str
 
-    def location(self) -> str:
-        """The table's location URI (the sink's root: ledger, staging, markers)."""
+    def location(self, *, placed: str | None = None) -> str:
+        """The table's location URI (staging lies below it; the ledger too unless it is
+        apart).  ``placed``: where a sink of the same ledger placed a table that is not
+        created yet (a catalog may answer otherwise once that place holds files)."""
+
+    def placement_is_stable(self) -> bool:
+        """Whether every process learns the same :meth:`location` before the table
+        exists (a REST catalog's server may not answer the same twice)."""
 
     def load_table(self) -> Any:
         """The table, or None if it does not exist yet (created on the first commit)."""
 
-    def strategy(self) -> Strategy:
-        """The promotion strategy whose switch is one commit of the table."""
+    def strategy(self, scope: dict[str, Any] | None = None) -> Strategy:
+        """The promotion strategy whose switch is one commit of the table, replacing
+        the rows ``scope`` (a decision record's, :class:`Scope`) names."""
 
     def check_staged(self, uris: list[str], epoch: str, table: Any, *,
                      decided: str | None = None,
-                     footers: tuple[dict[str, Any], list[str]] | None = None) -> Any:
+                     footers: tuple[dict[str, Any], list[str]] | None = None,
+                     scope: Scope = ...) -> Any:
         """Raise :class:`TableSchemaError` naming files and columns the table cannot take."""
 
     def referenced_files(self) -> set[str]:
         """Every data file (normalised URI) any retained table version references."""
 
-    def table_key(self, table: Any) -> Any:
+    def table_key(self, table: Any, scope: Scope = ...) -> Any:
         """What the staged files were checked against (JSON): equal keys at pre-commit
         and at commit mean the check holds still (None: no table)."""
 
@@ -221,6 +230,7 @@ class TableLayout(Layout):
             raise StorageError(f"staging {self.storage.uri(path)} holds a symlink; not cleaned")
         crashpoint("tables.before_remove_staging")
         self.storage.delete_files([o.path for o in files if o not in keep])
+        self.remove_seal(epoch, attempt)
         log.info("kept %d staged files of epoch %s attempt %d: retained versions of %s "
                  "reference them (the format's expiry, then gc, removes them)", len(keep),
                  epoch, attempt, self.table.uri)
@@ -243,22 +253,89 @@ class TableSink(Sink):
 
     def __init__(self, target: TableTarget, namespace: str, *,
                  storage_options: dict[str, Any] | None = None,
-                 config: SinkConfig | None = None) -> None:
+                 config: SinkConfig | None = None,
+                 ledger_uri: str | None = None,
+                 scope: Scope | None = None) -> None:
         config = config or SinkConfig()
+        #: Which rows of the table an epoch's commit replaces (:mod:`.scope`).
+        self.scope = scope or Scope()
         if config.staging_root:
             raise TpcError(f"a {self.format} target places its own staging (inside the "
                            "table's location); do not set staging_root")
-        location = target.location()
+        #: Where the ledger, the namespace claim and the markers live: the table's
+        #: location by default, else ``ledger_uri`` (managed table storage lets only
+        #: the table's own files into its location).
+        self.ledger_apart = bool(ledger_uri)
+        if ledger_uri:
+            ledger_uri = ledger_uri.rstrip("/")
+            location = target.location(
+                placed=_placed_location(ledger_uri, storage_options, target.uri))
+            root = _ledger_root(self.format, target.uri, location, ledger_uri)
+        else:
+            if not target.placement_is_stable():
+                raise TpcError(
+                    f"{self.format} table {target.uri} does not exist yet, and its catalog "
+                    "decides where a new table goes only when it is created: set ledger_uri "
+                    "(operators: ledger_uri=, CLI: --ledger-uri), a folder on the table's "
+                    "store, whose ledger remembers the place until the first commit creates "
+                    "the table there; or create the table first")
+            location = root = target.location()
         config = replace(config, promotion="manifest",
                          staging_root=f"{location}/{self.staging_dir}")
-        super().__init__(location, namespace, storage_options=storage_options, config=config)
+        super().__init__(root, namespace, storage_options=storage_options, config=config)
         self.table_target = target
-        self.layout = TableLayout(self.storage, self.layout.root, self.layout.staging_root,
-                                  table=target)
+        self.table_location = location
+        # Managed table storage takes only data files in the table's location: the seals
+        # (manifests and sidecars) go beside the ledger then.
+        # (the same rule as Sink._adopt's, known here before any claim is read).
+        seal_root = self.storage.join(self._root, TPC_DIR, "sealed") if self.ledger_apart \
+            else ""
+        self.layout = TableLayout(self.storage, self._root, self._configured_staging,
+                                  seal_root=seal_root, table=target)
         self.ledger = Ledger(self.layout)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.table_target.uri!r}, namespace={self.namespace!r})"
+
+    def _decision_scope(self) -> dict[str, Any] | None:
+        """The decision names the rows it replaces: a roll-forward in a later run (with
+        another ``replace_where`` rendered) applies exactly what was decided."""
+        return self.scope.to_doc()
+
+    def _claim_fields(self) -> dict[str, Any]:
+        """A ledger apart from its table names the table's location in its claim: one
+        ledger serves one table (two tables' epochs in one ledger would fence and
+        supersede each other)."""
+        return {"table": self.table_target.uri, "table_location": self.table_location} \
+            if self.ledger_apart else {}
+
+    def _adopt(self, claim: dict[str, Any] | None) -> None:
+        if claim is not None and self.ledger_apart:
+            recorded = claim.get("table_location")
+            if not isinstance(recorded, str) or norm_uri(recorded.rstrip("/")) \
+                    != norm_uri(self.table_location):
+                what = f"the ledger of table location {recorded}" \
+                    if isinstance(recorded, str) else "the ledger of a folder target"
+                raise TpcError(
+                    f"ledger_uri {self.target} holds {what}, not of {self.table_target.uri} "
+                    f"(at {self.table_location}); give each table its own ledger_uri")
+        super()._adopt(claim)
+
+    def begin(self, epoch: str, owner: dict[str, Any] | None = None) -> Transaction:
+        """The core's begin; where the store refuses airflow-tpc's own files inside the
+        table's location (managed table storage), one error says to set ``ledger_uri``."""
+        try:
+            return super().begin(epoch, owner)
+        except StorageError as exc:
+            if self.ledger_apart or not exc.denied:
+                raise
+            raise StorageError(
+                f"the store refused airflow-tpc's ledger and markers inside the location "
+                f"{self.table_location} of {self.format} table {self.table_target.uri} "
+                f"({exc}). Managed table storage lets only the table's own files be written "
+                "there: set ledger_uri (operators: ledger_uri=, CLI: --ledger-uri) to a "
+                "folder or bucket on the same store that the pipeline may write. Nothing was "
+                "written.") from None
 
     def _highest_attempt_seen(self, epoch: str) -> int:
         """Also above every attempt of the epoch the table's history names: with the
@@ -290,12 +367,14 @@ class TableSink(Sink):
         uris = self._staged_uris(txn, sorted(staged))
         footers = self.table_target.read_footers(uris)
         table = self.table_target.load_table()
-        self.table_target.check_staged(uris, txn.epoch, table, footers=footers)
+        self.table_target.check_staged(uris, txn.epoch, table, footers=footers,
+                                       scope=self.scope)
         per_uri = self.table_target.file_stats(footers[0], table)
         files = {rel: {**per_uri.get(uri, {}), "size": staged[rel].size}
                  for rel, uri in zip(sorted(staged), uris, strict=True)}
         self._pending_stats = (txn.txn_id, {r: i.size for r, i in staged.items()},
-                               stats_bytes(self.table_target.table_key(table), files))
+                               stats_bytes(self.table_target.table_key(table, self.scope),
+                                           files))
         try:
             return super().precommit(txn, rows=rows, checksums=checksums)
         finally:
@@ -314,7 +393,7 @@ class TableSink(Sink):
 
     def sealed_stats(self, txn: Transaction, manifest: Manifest) -> dict[str, Any] | None:
         """The checked sidecar of a sealed attempt (None: read the footers)."""
-        return read_sealed_stats(self.storage, self.layout.staging(txn.epoch, txn.attempt),
+        return read_sealed_stats(self.storage, self.layout.sealed(txn.epoch, txn.attempt),
                                  manifest)
 
     def commit(self, txn: Transaction, *, expected_digest: str | None = None,
@@ -332,11 +411,57 @@ class TableSink(Sink):
             if manifest is not None:
                 table = self.table_target.load_table()
                 sealed = self.sealed_stats(txn, manifest)
-                if sealed is None or sealed["table"] != self.table_target.table_key(table):
+                if sealed is None \
+                        or sealed["table"] != self.table_target.table_key(table, self.scope):
                     self.table_target.check_staged(
                         self._staged_uris(txn, [f.path for f in manifest.files]), txn.epoch,
-                        table)
+                        table, scope=self.scope)
         return super().commit(txn, expected_digest=expected_digest, force=force)
+
+
+def _placed_location(ledger_uri: str, storage_options: dict[str, Any] | None,
+                     table_uri: str) -> str | None:
+    """The table location the claim at ``ledger_uri`` records for this table (None: no
+    claim yet, or the claim of another table, which the claim check then refuses).
+    Tables are compared by name without the catalog's (one catalog may be named
+    differently by an operator's connection and by the CLI)."""
+    from ..ledger import claim_path
+    from ..storage import open_storage
+
+    storage, root = open_storage(ledger_uri, storage_options)
+    path = claim_path(storage, root)
+    try:
+        raw = storage.read_bytes(path)
+    except StorageError as exc:
+        if exc.denied:  # a ledger_uri no pipeline may use: refused, and why, next
+            return None
+        raise
+    claim = Ledger.decode_at(storage, path, raw) or {}
+    recorded, table = claim.get("table_location"), claim.get("table")
+    if not (isinstance(recorded, str) and recorded and isinstance(table, str)):
+        return None
+    return recorded if urlparse(table).path == urlparse(table_uri).path else None
+
+
+def _ledger_root(fmt: str, table_uri: str, location: str, ledger_uri: str) -> str:
+    """``ledger_uri``, refused unless it lies apart from the table's location (not in it,
+    not holding it) on the table's store."""
+    from ..storage import open_storage
+
+    ledger_store, ledger_path = open_storage(ledger_uri)
+    table_store, table_path = open_storage(location)
+    if ledger_store.scheme != table_store.scheme:
+        raise TpcError(f"ledger_uri {ledger_uri} is on another store than {fmt} table "
+                       f"{table_uri} ({location}): the ledger and the staged data files are "
+                       "written with one set of storage options, so put the ledger on the "
+                       f"table's store ({table_store.scheme}://)")
+    a, b = ledger_path.rstrip("/") + "/", table_path.rstrip("/") + "/"
+    if a.startswith(b) or b.startswith(a):
+        raise TpcError(f"ledger_uri {ledger_uri} must lie apart from {fmt} table {table_uri}: "
+                       f"it {'is inside' if a.startswith(b) else 'holds'} the table's location "
+                       f"{location}. Without ledger_uri the ledger lives in the table's location "
+                       "itself; with it, choose a folder outside the table")
+    return ledger_uri
 
 
 def epoch_column_problems(uri: str, md: Any, schema: Any, epoch: str) -> list[str]:

@@ -76,6 +76,7 @@ from .base import (
     read_sealed_stats,
     schema_error,
 )
+from .scope import Scope
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -181,14 +182,21 @@ class DeltaTarget:
     def __repr__(self) -> str:  # never the options: they hold credentials
         return f"DeltaTarget({self.uri!r})"
 
-    def location(self) -> str:
+    def location(self, *, placed: str | None = None) -> str:
+        """The table's location: its URI (``placed`` cannot move it)."""
         return self._location
+
+    def placement_is_stable(self) -> bool:
+        return True  # a Delta table is where its URI says
 
     def _table_uri(self) -> str:
         """The location as delta-rs takes it (a plain path for local tables)."""
         return norm_uri(self._location)
 
-    def strategy(self) -> DeltaCommit:
+    def strategy(self, scope: dict[str, Any] | None = None) -> DeltaCommit:
+        if Scope.from_doc(scope).kind != "epoch":
+            raise TpcError(f"a commit decision of Delta table {self.uri} names the scope "
+                           f"{scope!r}; Delta targets replace the epoch's partition only")
         return DeltaCommit(self)
 
     # -- the table ----------------------------------------------------------------
@@ -395,7 +403,8 @@ class DeltaTarget:
 
     footers = read_footers
 
-    def table_key(self, table: DeltaTable | None) -> dict[str, Any] | None:
+    def table_key(self, table: DeltaTable | None,
+                  scope: Scope | None = None) -> dict[str, Any] | None:
         """What the check depends on: the table's id, schema and partition columns."""
         if table is None:
             return None
@@ -410,8 +419,8 @@ class DeltaTarget:
 
     def check_staged(self, uris: list[str], epoch: str, table: DeltaTable | None, *,
                      decided: str | None = None,
-                     footers: tuple[dict[str, Any], list[str]] | None = None
-                     ) -> pa.Schema | None:
+                     footers: tuple[dict[str, Any], list[str]] | None = None,
+                     scope: Scope | None = None) -> pa.Schema | None:
         """Refuse staged files the table cannot take, naming the files and columns.
 
         Every file: Parquet; if it holds an ``epoch`` column, a string whose every row
@@ -575,7 +584,8 @@ class DeltaCommit(Strategy):
         storage = layout.storage
         uris = [storage.uri(storage.join(staging, f.path)) for f in manifest.files]
         appid = app_id(manifest.namespace, manifest.epoch)
-        sealed = read_sealed_stats(storage, staging, manifest)
+        sealed = read_sealed_stats(storage, layout.sealed(manifest.epoch, manifest.attempt),
+                                   manifest)
         footers: tuple[dict[str, Any], list[str]] | None = None
         for _ in range(COMMIT_RETRIES):
             table = self.target.load_table()
@@ -715,10 +725,16 @@ class DeltaSink(TableSink):
     def __init__(self, target: DeltaTarget | str, namespace: str, *,
                  catalog_properties: dict[str, str] | None = None,
                  storage_options: dict[str, Any] | None = None,
-                 config: SinkConfig | None = None) -> None:
+                 config: SinkConfig | None = None,
+                 ledger_uri: str | None = None,
+                 replace_where: Any = None, mode: str = "replace") -> None:
+        if Scope.of(replace_where, mode).kind != "epoch":
+            raise TpcError("replace_where and mode='append' are supported for Iceberg targets; "
+                           "a Delta target replaces its epoch's partition (identity 'epoch')")
         if isinstance(target, str):
             target = DeltaTarget.parse(target, storage_options, catalog_properties)
-        super().__init__(target, namespace, storage_options=storage_options, config=config)
+        super().__init__(target, namespace, storage_options=storage_options, config=config,
+                         ledger_uri=ledger_uri)
         self.table_target: DeltaTarget = target
 
     def committed_files(self, epochs: Any = None) -> dict[str, list[str]]:

@@ -46,6 +46,7 @@ statistics, so the files must carry it), a schema the table can take.
 from __future__ import annotations
 
 import logging
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -75,6 +76,11 @@ from .base import (
     schema_error,
 )
 from .catalogs import ensure_namespace, open_catalog
+from .iceberg_partitions import needs_data, partitions_from_data
+from .scope import Scope, proves
+
+#: The default scope: the epoch's identity partition.
+EPOCH_SCOPE = Scope()
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -122,6 +128,9 @@ class IcebergTarget:
         self.catalog_properties = dict(catalog_properties or {})
         self._location = location.rstrip("/") if location else None
         self._catalog: Catalog | None = None
+        #: Partitions computed from staged files' values by the last check (a spec with
+        #: a ``bucket`` field: :mod:`.iceberg_partitions`), reused for their statistics.
+        self._data_partitions: dict[str, list[Any]] = {}
 
     @classmethod
     def parse(cls, uri: str, catalog_properties: dict[str, str] | None = None,
@@ -178,50 +187,71 @@ class IcebergTarget:
         except NoSuchTableError:
             return None
 
-    def location(self) -> str:
-        """The table's location (a URI): its own if it exists, else where it will be made."""
+    def location(self, *, placed: str | None = None) -> str:
+        """The table's location (a URI): its own if it exists, else where it will be made:
+        ``placed`` (where an earlier sink of the same ledger placed it), else where the
+        catalog says it would go now."""
         if self._location is None:
             table = self.load_table()
             if table is not None:
                 self._location = table.location().rstrip("/")
+            elif placed:
+                self._location = placed.rstrip("/")
             else:
                 cat = self.catalog()
                 self._call("create namespace for", ensure_namespace, cat, self.namespace)
-                # pyiceberg's own rule for a new table's location (warehouse, namespace
-                # location property): the table is later created exactly there.
-                self._location = self._call(
-                    "resolve the location of", cat._resolve_table_location, None,
-                    ".".join(self.namespace), self.identifier.split(".")[-1]).rstrip("/")
+                # The catalog's own answer to "where would this table go?", through
+                # public API: a staged create (a REST catalog's stage-create; locally
+                # computed by the others) that is never committed.  The table is later
+                # created exactly there.
+                staged = self._call("resolve the location of", cat.create_table_transaction,
+                                    self.identifier, schema=_placeholder_schema())
+                self._location = staged.table_metadata.location.rstrip("/")
         return self._location
+
+    def placement_is_stable(self) -> bool:
+        """Whether every process learns the same location for this table before it is
+        created: true once it exists, and for catalogs whose client computes a new
+        table's location from the warehouse (SQL, Glue, Hive); a REST catalog's server
+        decides, and may pick another place once the first has files in it (staging)."""
+        from pyiceberg.catalog import MetastoreCatalog
+
+        return self.load_table() is not None or isinstance(self.catalog(), MetastoreCatalog)
 
     def file_io(self) -> Any:
         from pyiceberg.io import load_file_io
 
         return load_file_io(self.catalog().properties, self.location())
 
-    def strategy(self) -> IcebergSnapshot:
-        return IcebergSnapshot(self)
+    def strategy(self, scope: dict[str, Any] | None = None) -> IcebergSnapshot:
+        """The switch of a decision that replaces ``scope`` (its record's)."""
+        return IcebergSnapshot(self, Scope.from_doc(scope))
 
     # -- the table ----------------------------------------------------------------
-    def create_table(self, schema: pa.Schema) -> Table:
-        """Create the table from the staged files' schema, identity-partitioned by epoch,
-        at :meth:`location`; a concurrent creator's table is loaded instead."""
+    def create_table(self, schema: pa.Schema, scope: Scope = EPOCH_SCOPE) -> Table:
+        """Create the table from the staged files' schema at :meth:`location`,
+        identity-partitioned by epoch (an ``append`` scope: unpartitioned); a concurrent
+        creator's table is loaded instead."""
         from pyiceberg.catalog import Catalog
         from pyiceberg.exceptions import TableAlreadyExistsError
         from pyiceberg.partitioning import PartitionField, PartitionSpec
         from pyiceberg.transforms import IdentityTransform
 
         ice = Catalog._convert_schema_if_needed(schema)
-        field = ice.find_field(EPOCH_COLUMN)
-        spec = PartitionSpec(PartitionField(source_id=field.field_id, field_id=1000,
-                                            transform=IdentityTransform(), name=EPOCH_COLUMN))
+        spec = PartitionSpec()
+        if scope.kind == "epoch":
+            field = ice.find_field(EPOCH_COLUMN)
+            spec = PartitionSpec(PartitionField(source_id=field.field_id, field_id=1000,
+                                                transform=IdentityTransform(),
+                                                name=EPOCH_COLUMN))
         cat = self.catalog()
         self._call("create namespace for", ensure_namespace, cat, self.namespace)
         try:
             table = self._call("create", cat.create_table, self.identifier, schema=ice,
                                partition_spec=spec, location=self.location())
-            log.info("created Iceberg table %s at %s, partitioned by %s", self.identifier,
-                     self.location(), EPOCH_COLUMN)
+            log.info("created Iceberg table %s at %s, %s", self.identifier, self.location(),
+                     f"partitioned by {EPOCH_COLUMN}" if scope.kind == "epoch"
+                     else "unpartitioned")
             return table
         except TableAlreadyExistsError:
             table = self.load_table()
@@ -276,14 +306,17 @@ class IcebergTarget:
         io = self.file_io()
         return read_footers(lambda uri: io.new_input(uri).open(), uris)
 
-    def table_key(self, table: Table | None) -> dict[str, Any] | None:
+    def table_key(self, table: Table | None,
+                  scope: Scope = EPOCH_SCOPE) -> dict[str, Any] | None:
         """What a check and the column statistics depend on: the table's identity,
         location, current schema and default spec (ids), format version and metrics
-        properties.  Equal keys: the pre-commit check and statistics still hold."""
+        properties, and the scope checked.  Equal keys: the pre-commit check and
+        statistics still hold."""
         if table is None:
             return None
         meta = table.metadata
         return {"uuid": str(meta.table_uuid), "location": _norm(table.location().rstrip("/")),
+                **({"scope": scope.to_doc()} if scope.kind != "epoch" else {}),
                 "schema_id": meta.current_schema_id, "spec_id": meta.default_spec_id,
                 "format_version": meta.format_version,
                 "metrics": {k: v for k, v in sorted(meta.properties.items())
@@ -296,13 +329,24 @@ class IcebergTarget:
         if table is None:
             return {uri: {"rows": md.num_rows} for uri, md in footers.items()}
         plan = _stats_plan(table.metadata)
-        return {uri: {"rows": md.num_rows, "iceberg": _iceberg_stats(md, table.metadata, plan)}
+        parts = self._data_partitions if needs_data(table.spec()) else {}
+        return {uri: {"rows": md.num_rows,
+                      "iceberg": _iceberg_stats(md, table.metadata, plan, parts.get(uri))}
                 for uri, md in footers.items()}
+
+    def partitions_from_data(self, uris: list[str], meta: Any
+                             ) -> tuple[dict[str, list[Any]], list[str]]:
+        """Each file's partition from its values (a spec footers cannot decide)."""
+        io = self.file_io()
+        found, problems = partitions_from_data(lambda uri: io.new_input(uri).open(), uris,
+                                               meta)
+        self._data_partitions = found
+        return found, problems
 
     def check_staged(self, uris: list[str], epoch: str, table: Table | None, *,
                      decided: str | None = None,
-                     footers: tuple[dict[str, Any], list[str]] | None = None
-                     ) -> pa.Schema | None:
+                     footers: tuple[dict[str, Any], list[str]] | None = None,
+                     scope: Scope = EPOCH_SCOPE) -> pa.Schema | None:
         """Refuse staged files the table cannot take, naming the files and columns.
 
         Every file: Parquet, a string ``epoch`` column whose statistics say every row
@@ -314,6 +358,11 @@ class IcebergTarget:
         ``decided``: the transaction id when this is a roll-forward of a decided
         commit (the error then says what is kept), else a check before the decision.
         ``footers``: the files' footers already read (:meth:`read_footers`).
+        ``scope`` other than the epoch layout (:mod:`airflow_tpc.tables.scope`): no
+        ``epoch`` column or partition is asked for; instead each file must lie in one
+        partition of the table's spec and, for ``replace_where``, its statistics must
+        prove every row inside the predicate.  A ``replace_where`` needs the table to
+        exist (its partitioning is the table owner's choice).
         """
         found, problems = footers if footers is not None else self.read_footers(uris)
         problems = list(problems)
@@ -324,9 +373,15 @@ class IcebergTarget:
                 continue
             schema = md.schema.to_arrow_schema().remove_metadata()
             schemas[uri] = schema
-            problems += _epoch_problems(uri, md, schema, epoch)
+            if scope.kind == "epoch":
+                problems += _epoch_problems(uri, md, schema, epoch)
         if table is not None:
-            problems += self._table_problems(table)
+            problems += self._table_problems(table, scope)
+            if needs_data(table.spec()) and not problems:
+                problems += self.partitions_from_data(
+                    [u for u in uris if u in found and found[u].num_rows], table.metadata)[1]
+            if scope.kind != "epoch" and not problems:
+                problems += _scope_problems(found, uris, table, scope)
             # Each distinct schema is checked once (a commit of 10k files has one or two).
             verdicts: dict[pa.Schema, list[str]] = {}
             for uri, schema in schemas.items():
@@ -335,6 +390,10 @@ class IcebergTarget:
                 problems += [f"{uri}: {p}" for p in verdicts[schema]]
         else:
             first = next(iter(schemas.values()), None)
+            if scope.kind == "where":
+                problems.append(f"replace_where needs an existing table, and {self.uri} does "
+                                "not exist: create it with the partitioning it should have "
+                                "(the epoch layout, without replace_where, creates its own)")
             if first is not None:
                 problems += _creatable_problems(first)
             for uri, schema in schemas.items():
@@ -349,16 +408,78 @@ class IcebergTarget:
             raise schema_error("Iceberg", self.uri, epoch, problems, decided)
         return next(iter(schemas.values()), None)
 
-    def _table_problems(self, table: Table) -> list[str]:
+    def _table_problems(self, table: Table, scope: Scope) -> list[str]:
         out = []
         if _norm(table.location().rstrip("/")) != _norm(self.location()):
             out.append(f"the table's location is {table.location()}, not {self.location()} "
                        "where this sink stages (the table was re-created or moved)")
-        try:
-            _epoch_partition_position(table, table.spec().spec_id)
-        except TableSchemaError as exc:
-            out.append(str(exc))
+        if scope.kind == "epoch":
+            try:
+                _epoch_partition_position(table, table.spec().spec_id)
+            except TableSchemaError as exc:
+                out.append(f"{exc}; or give the target replace_where (any partitioning)")
         return out
+
+
+def _scope_problems(footers: dict[str, Any], uris: list[str], table: Table,
+                    scope: Scope) -> list[str]:
+    """Each staged file lies in one partition of the table's spec (so it can be added
+    as it is) and, for ``replace_where``, its footer statistics prove every row inside
+    the predicate — files that straddle epochs are refused, never half-replaced."""
+    from pyiceberg.conversions import from_bytes
+    from pyiceberg.io.pyarrow import data_file_statistics_from_parquet_metadata
+
+    meta = table.metadata
+    schema, spec, columns, mapping = _stats_plan(meta)
+    bound = None
+    if scope.kind == "where":
+        from pyiceberg.expressions.visitors import bind
+
+        try:
+            bound = bind(schema, scope.expression(), case_sensitive=True)
+        except TpcError:
+            raise
+        except Exception as exc:  # a column the table lacks, a literal of the wrong type
+            return [f"replace_where {scope.where!r} does not fit the table's schema: {exc}"]
+    problems: list[str] = []
+    for uri in uris:
+        md = footers.get(uri)
+        if md is None or md.num_rows == 0:
+            continue
+        try:
+            stats = data_file_statistics_from_parquet_metadata(
+                parquet_metadata=md, stats_columns=columns, parquet_column_mapping=mapping)
+            if not needs_data(spec):  # else checked from the values (check_staged)
+                stats.partition(spec, schema)
+        except Exception as exc:
+            problems.append(f"{uri} does not lie in one partition of the table's spec {spec} "
+                            f"({' '.join(str(exc).split())}): write one file per partition "
+                            "(Spark: repartition or partitionBy the partition columns)")
+            continue
+        if bound is None:
+            continue
+        raw = stats.to_serialized_dict()
+
+        def values(key: str, raw: dict[str, Any] = raw) -> dict[int, Any]:
+            return {fid: from_bytes(schema.find_field(fid).field_type, b)
+                    for fid, b in raw[key].items()}
+
+        evidence = {"rows": md.num_rows, "lower": values("lower_bounds"),
+                    "upper": values("upper_bounds"), "nulls": raw["null_value_counts"]}
+        if not proves(bound, evidence):
+            problems.append(f"{uri}: its statistics do not prove every row inside "
+                            f"replace_where {scope.where!r} (it holds rows of another epoch, "
+                            "or the table keeps no bounds for those columns)")
+    return problems
+
+
+def _placeholder_schema() -> Any:
+    """A schema for asking a catalog where a new table would go (never committed)."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import NestedField, StringType
+
+    return Schema(NestedField(field_id=1, name=EPOCH_COLUMN, field_type=StringType(),
+                              required=False))
 
 
 def _epoch_problems(uri: str, md: Any, schema: pa.Schema, epoch: str) -> list[str]:
@@ -377,17 +498,21 @@ def _stats_plan(meta: Any) -> tuple[Any, Any, Any, Any]:
             parquet_path_to_id_mapping(schema))
 
 
-def _iceberg_stats(md: Any, meta: Any, plan: tuple[Any, Any, Any, Any] | None = None
-                   ) -> dict[str, Any] | None:
+def _iceberg_stats(md: Any, meta: Any, plan: tuple[Any, Any, Any, Any] | None = None,
+                   partition: list[Any] | None = None) -> dict[str, Any] | None:
     """A footer's DataFile statistics and partition (as pyiceberg's ``add_files`` infers
-    them), JSON-ready; None if they do not serialise (the commit then reads it)."""
+    them, or ``partition`` computed from the values), JSON-ready; None if they do not
+    serialise (the commit then reads it)."""
     from pyiceberg.io.pyarrow import data_file_statistics_from_parquet_metadata
 
     try:
         schema, spec, columns, mapping = plan or _stats_plan(meta)
         stats = data_file_statistics_from_parquet_metadata(
             parquet_metadata=md, stats_columns=columns, parquet_column_mapping=mapping)
-        partition = list(stats.partition(spec, schema)) if md.num_rows else None
+        if partition is None and md.num_rows:
+            if needs_data(spec):
+                return None  # the caller computes it from the values
+            partition = list(stats.partition(spec, schema))
     except Exception:  # a file the check refuses anyway, or a value not to infer
         return None
     if partition is not None and not all(v is None or isinstance(v, (str, int))
@@ -560,8 +685,9 @@ class IcebergSnapshot(Strategy):
 
     name = "iceberg"
 
-    def __init__(self, target: IcebergTarget) -> None:
+    def __init__(self, target: IcebergTarget, scope: Scope = EPOCH_SCOPE) -> None:
         self.target = target
+        self.scope = scope
 
     def switch(self, layout: Layout, manifest: Manifest, staging: str, dst: str,
                version: str | None) -> bool:
@@ -569,17 +695,19 @@ class IcebergSnapshot(Strategy):
 
         storage = layout.storage
         uris = [storage.uri(storage.join(staging, f.path)) for f in manifest.files]
-        sealed = read_sealed_stats(storage, staging, manifest)
+        sealed = read_sealed_stats(storage, layout.sealed(manifest.epoch, manifest.attempt),
+                                   manifest)
         footers: tuple[dict[str, Any], list[str]] | None = None
         for _ in range(COMMIT_RETRIES):
             table = self.target.load_table()
             if table is None:
                 footers = footers or self.target.read_footers(uris)
                 schema = self.target.check_staged(uris, manifest.epoch, None,
-                                                  decided=manifest.txn_id, footers=footers)
+                                                  decided=manifest.txn_id, footers=footers,
+                                                  scope=self.scope)
                 if schema is None:
                     break  # nothing staged and no table: nothing to replace
-                table = self.target.create_table(schema)
+                table = self.target.create_table(schema, self.scope)
             seen = epoch_commits(table, manifest.epoch, manifest.namespace)
             done = seen.digests.get(manifest.digest)
             if done is not None and done != manifest.attempt:
@@ -602,11 +730,12 @@ class IcebergSnapshot(Strategy):
             # The table as pre-commit checked it (same schema, spec, location): the check
             # and the sealed statistics hold, and the transaction's requirements refuse a
             # change from here on.  Otherwise check again, from footers read once.
-            usable = sealed is not None and sealed["table"] == self.target.table_key(table)
+            usable = sealed is not None \
+                and sealed["table"] == self.target.table_key(table, self.scope)
             if not usable:
                 footers = footers or self.target.read_footers(uris)
                 self.target.check_staged(uris, manifest.epoch, table, decided=manifest.txn_id,
-                                         footers=footers)
+                                         footers=footers, scope=self.scope)
             crashpoint("iceberg.before_table_commit")
             try:
                 self._commit(table, manifest, uris, sealed if usable else None,
@@ -658,9 +787,15 @@ class IcebergSnapshot(Strategy):
                     raise StorageError("; ".join(problems[:5]))
                 found = {**found, **more}
             plan = _stats_plan(tmeta) if any(st is None for st in by_uri.values()) else None
+            parts: dict[str, list[Any]] = {}
+            if plan is not None and needs_data(tmeta.spec()):
+                parts, problems = self.target.partitions_from_data(
+                    [u for u, st in by_uri.items() if st is None and found[u].num_rows], tmeta)
+                if problems:
+                    raise StorageError("; ".join(problems[:5]))
             for uri, st in list(by_uri.items()):
                 if st is None:
-                    by_uri[uri] = _iceberg_stats(found[uri], tmeta, plan)
+                    by_uri[uri] = _iceberg_stats(found[uri], tmeta, plan, parts.get(uri))
                     if by_uri[uri] is None:
                         raise StorageError(f"cannot read the statistics of {uri}")
             return [_data_file(uri, sizes[uri], st, tmeta.default_spec_id)
@@ -680,13 +815,27 @@ class IcebergSnapshot(Strategy):
                 # A file without rows (Spark writes one for an empty task) has no
                 # statistics to infer its partition from, and adds nothing: not added.
                 new = data_files(tx.table_metadata)
-                old = _epoch_files(table, manifest.epoch)
-                with tx.update_snapshot(
-                        snapshot_properties=summary_properties(manifest)).overwrite() as ow:
-                    for data_file in old:
-                        ow.delete_data_file(data_file)
+                props = summary_properties(manifest)
+                if self.scope.kind == "epoch":
+                    old = _epoch_files(table, manifest.epoch)
+                    with tx.update_snapshot(snapshot_properties=props).overwrite() as ow:
+                        for data_file in old:
+                            ow.delete_data_file(data_file)
+                        for data_file in new:
+                            ow.append_data_file(data_file)
+                    return
+                # replace_where: Iceberg's overwrite by filter — files wholly inside the
+                # predicate are dropped, files partly inside are rewritten without those
+                # rows (copy-on-write); then the staged files are added.  All in this one
+                # transaction: one catalog commit, every snapshot carrying our summary.
+                if self.scope.kind == "where":
+                    with warnings.catch_warnings():  # an epoch's first commit deletes none
+                        warnings.filterwarnings("ignore", "Delete operation did not match")
+                        tx.delete(delete_filter=self.scope.expression(),
+                                  snapshot_properties=props)
+                with tx.update_snapshot(snapshot_properties=props).fast_append() as fa:
                     for data_file in new:
-                        ow.append_data_file(data_file)
+                        fa.append_data_file(data_file)
 
         self.target._call("commit to", run)
         log.info("Iceberg %s: epoch %s is attempt %d (%d files)", self.target.uri,
@@ -711,20 +860,27 @@ class IcebergSink(TableSink):
     def __init__(self, target: IcebergTarget | str, namespace: str, *,
                  catalog_properties: dict[str, str] | None = None,
                  storage_options: dict[str, Any] | None = None,
-                 config: SinkConfig | None = None) -> None:
+                 config: SinkConfig | None = None,
+                 ledger_uri: str | None = None,
+                 replace_where: Any = None, mode: str = "replace") -> None:
+        scope = Scope.of(replace_where, mode)
         if isinstance(target, str):
             target = IcebergTarget.parse(target, catalog_properties)
-        super().__init__(target, namespace, storage_options=storage_options, config=config)
+        super().__init__(target, namespace, storage_options=storage_options, config=config,
+                         ledger_uri=ledger_uri, scope=scope)
         self.table_target: IcebergTarget = target
 
 
 def open_table_sink(target: str, namespace: str, *,
                     catalog_properties: dict[str, str] | None = None,
                     storage_options: dict[str, Any] | None = None,
-                    config: SinkConfig | None = None) -> IcebergSink:
+                    config: SinkConfig | None = None,
+                    ledger_uri: str | None = None,
+                    replace_where: Any = None, mode: str = "replace") -> IcebergSink:
     """A sink for a table target URI (``iceberg://<catalog>/<namespace>.<table>``)."""
     scheme = urlparse(target).scheme
     if scheme == "iceberg":
         return IcebergSink(target, namespace, catalog_properties=catalog_properties,
-                           storage_options=storage_options, config=config)
+                           storage_options=storage_options, config=config,
+                           ledger_uri=ledger_uri, replace_where=replace_where, mode=mode)
     raise TpcError(f"{target!r} is not a table target (supported: iceberg://)")

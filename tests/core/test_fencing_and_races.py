@@ -22,7 +22,15 @@ from airflow_tpc import (
 )
 from airflow_tpc.ledger import DECISION
 
+from ..conftest import make_store
 from .helpers import assert_invariant, committed_contents, stage, write_staged
+
+
+@pytest.fixture(params=["local", "s3", "seaweed"])
+def store(request, tmp_path):
+    """Local disk, moto's S3 and SeaweedFS: the races are settled by the store's
+    conditional writes, so they run on a second real S3 as well."""
+    return make_store(request.param, request, tmp_path)
 
 
 def _wait_until(condition, timeout: float = 300.0) -> None:

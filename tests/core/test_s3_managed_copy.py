@@ -92,3 +92,28 @@ def test_small_objects_stay_single_copies_checked_by_their_answer(s3_options, s3
     storage.put(src, b"other")
     with pytest.raises(StorageError, match="changed after it was verified"):
         storage.copy_many([(src, dst + "2")], {src: 5}, {src: etag.strip('"')})
+
+
+@pytest.mark.parametrize("size", [5, 12 * MiB], ids=["copy-object", "multipart"])
+def test_a_source_rewritten_after_verification_is_refused_by_a_real_s3(seaweed, size):
+    """SeaweedFS enforces ``CopySourceIfMatch`` (moto does not): a staged file rewritten
+    after its ETag was verified makes the store refuse the copy (412), which reads as
+    the clear error, and nothing lands at the destination — single copies and every
+    part of a managed multipart copy alike."""
+    storage = S3Storage(seaweed.s3_options(), multipart_threshold=8 * MiB,
+                        multipart_chunk=5 * MiB)
+    prefix = seaweed.new_prefix()[len("s3://"):]
+    bucket, _, key = prefix.partition("/")
+    src, dst = f"{prefix}/staging/part-0.parquet", f"{prefix}/target/part-0.parquet"
+    storage.put(src, b"a" * size)
+    etag = storage.client.head_object(Bucket=bucket, Key=f"{key}/staging/part-0.parquet")
+    storage.put(src, b"b" * size)  # rewritten after the verification
+    with pytest.raises(StorageError, match="changed after it was verified") as err:
+        storage.copy_many([(src, dst)], {src: size}, {src: etag["ETag"].strip('"')})
+    assert "botocore" not in str(err.value)
+    assert storage.read_bytes(dst) is None
+    assert seaweed.client().list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    # The same copy with the current ETag goes through: the refusal was the guard's.
+    current = storage.client.head_object(Bucket=bucket, Key=f"{key}/staging/part-0.parquet")
+    storage.copy_many([(src, dst)], {src: size}, {src: current["ETag"].strip('"')})
+    assert storage.read_bytes(dst) == b"b" * size

@@ -6,6 +6,7 @@ Airflow side) and handed over as a mapping or a JSON file."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pyiceberg  # noqa: F401  (the tables extra, in dev: a missing one fails, never skips)
 import pytest
@@ -95,3 +96,29 @@ def test_read_committed_of_a_delta_table(spark, tmp_path):
     assert got == [("2026-11-01", 7), ("2026-11-02", 8)]
     table = deltalake.DeltaTable(f"{tmp_path}/delta_reads").to_pyarrow_table()
     assert sorted(zip(table["epoch"].to_pylist(), table["id"].to_pylist(), strict=True)) == got
+
+
+def test_job_side_of_a_table_with_its_ledger_apart_and_no_epoch_column(spark, tmp_path):
+    """The job side with ``ledger_uri`` and an append (no ``epoch`` column): the payload
+    says so, the job's plain core sink finds the seal's place in the ledger's claim, and
+    the table sink commits what the job sealed."""
+    (tmp_path / "warehouse").mkdir()
+    props = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db",
+             "warehouse": f"file://{tmp_path}/warehouse"}
+    ledger = f"file://{tmp_path}/ledgers/events"
+    sink = open_sink(TABLE, "apart", catalog_properties=props, ledger_uri=ledger,
+                     mode="append")
+    txn = sink.begin("2026-11-20")
+    job = JobTransaction.from_payload(build_payload(txn, promotion="manifest", table=TABLE,
+                                                    epoch_column=False))
+    assert json.loads(job.to_json())["epoch_column"] is False
+    df = spark.createDataFrame([(i, f"v{i}") for i in (1, 2, 3)], "id long, s string")
+    assert job.with_epoch_column(df).columns == ["id", "s"]
+    df.repartition(2).write.mode("overwrite").parquet(job.output_uri)
+    manifest = job.precommit()
+    sealed = tmp_path / "ledgers/events/_tpc/sealed/epoch=2026-11-20/attempt=000001"
+    assert (sealed / "_tpc_manifest.json").exists()
+    assert not list(Path(txn.staging_uri.removeprefix("file://")).glob("_tpc_manifest*"))
+    assert sink.commit(txn, expected_digest=manifest.digest).outcome == "committed"
+    table = sink.table_target.load_table()
+    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == [1, 2, 3]

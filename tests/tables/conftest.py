@@ -14,20 +14,39 @@ from airflow_tpc.tables import IcebergSink
 TABLE = "analytics.events"
 
 
-@pytest.fixture()
-def catalog_props(tmp_path) -> dict[str, str]:
-    """An embedded catalog: nothing to start, one SQLite file and a warehouse folder."""
+#: The catalogs every Iceberg scenario runs through: pyiceberg's embedded SQL catalog
+#: (a local warehouse) and a real REST catalog (SeaweedFS: a table bucket on S3, which
+#: refuses anything but the table's own files, so the ledger is kept apart).
+CATALOGS = ["sql", "rest"]
+
+
+@pytest.fixture(params=CATALOGS)
+def catalog_props(request, tmp_path) -> dict[str, str]:
+    """The catalog's pyiceberg properties; a fresh catalog (or table bucket) per test."""
+    if request.param == "rest":
+        seaweed = request.getfixturevalue("seaweed")
+        return seaweed.catalog_properties(seaweed.new_warehouse())
     (tmp_path / "warehouse").mkdir()
     return {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db",
             "warehouse": f"file://{tmp_path}/warehouse"}
 
 
 @pytest.fixture()
-def make_sink(catalog_props):
+def sink_options(request, catalog_props) -> dict:
+    """What a sink of this catalog needs besides the catalog: the store's options and,
+    for managed table storage, a ledger apart from the table."""
+    if catalog_props["type"] != "rest":
+        return {}
+    seaweed = request.getfixturevalue("seaweed")
+    return {"storage_options": seaweed.s3_options(), "ledger_uri": seaweed.new_prefix()}
+
+
+@pytest.fixture()
+def make_sink(catalog_props, sink_options):
     """A fresh IcebergSink each call: a new process sees only what is in storage."""
     def make(namespace: str = "events") -> IcebergSink:
         return IcebergSink(f"iceberg://local/{TABLE}", namespace,
-                           catalog_properties=catalog_props)
+                           catalog_properties=catalog_props, **sink_options)
     return make
 
 
@@ -43,11 +62,17 @@ def rows(epoch: str, ids: list[int], **extra: list) -> pa.Table:
 def write_parquet(sink: IcebergSink, txn: Transaction, name: str, table: pa.Table) -> None:
     """What the Spark job does: one Parquet file into the attempt's staging."""
     path = sink.storage.join(sink.layout.staging(txn.epoch, txn.attempt), name)
-    sink.storage.put(path, b"")  # creates the folders the way the store does
-    if table.num_rows == 0:  # as Spark writes an empty task's file: no row group at all
-        pq.ParquetWriter(path, table.schema).close()
-        return
-    pq.write_table(table, path)
+    if sink.storage.scheme == "file":
+        sink.storage.put(path, b"")  # creates the folders the way the store does
+        out = None
+    else:  # an object store: through the table's FileIO, as a job's writer would
+        out = sink.table_target.file_io().new_output(sink.storage.uri(path)).create(
+            overwrite=True)
+    with out if out is not None else open(path, "wb") as stream:
+        if table.num_rows == 0:  # as Spark writes an empty task's file: no row group
+            pq.ParquetWriter(stream, table.schema).close()
+        else:
+            pq.write_table(table, stream)
 
 
 def stage(sink: IcebergSink, epoch: str, batches: dict[str, pa.Table], *,
@@ -73,3 +98,22 @@ def spark():
     yield session
     if existing is None:
         session.stop()
+
+
+
+def duckdb_ids(table, epoch: str | None = None) -> list[int]:
+    """The ``id`` column (of one epoch) of a pyiceberg table's current snapshot as
+    DuckDB's own reader sees it (tests/duckdb_readers.py: ``iceberg_scan`` of the
+    metadata file the catalog points at), sorted."""
+    from tests.duckdb_readers import duckdb_rows
+
+    props = table.io.properties
+    s3 = None
+    if props.get("s3.endpoint"):
+        s3 = {"endpoint": props["s3.endpoint"].split("://", 1)[-1],
+              "key": props["s3.access-key-id"], "secret": props["s3.secret-access-key"]}
+    if table.current_snapshot() is None:
+        return []
+    columns = ["id"] if epoch is None else ["id", "epoch"]
+    rows = duckdb_rows("iceberg", table.metadata_location, columns, s3)
+    return sorted(r[0] for r in rows if epoch is None or r[1] == epoch)

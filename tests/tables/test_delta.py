@@ -29,6 +29,7 @@ from airflow_tpc.records import DECISION
 from airflow_tpc.tables import DeltaSink, TableSchemaError, open_sink, open_table_sink
 from airflow_tpc.tables.base import PROP_ATTEMPT, PROP_DIGEST, PROP_EPOCH, PROP_TXN_ID
 from airflow_tpc.tables.delta import DeltaCommit, DeltaTarget, app_id, delta_storage_options
+from tests.duckdb_readers import duckdb_rows
 
 from .conftest import rows, write_parquet
 
@@ -57,7 +58,11 @@ def stage(sink: DeltaSink, epoch: str, batches: dict[str, pa.Table], *,
 def ids(sink: DeltaSink, epoch: str | None = None, version: int | None = None) -> list[int]:
     """The ids a pyarrow reader of the table sees (of one epoch, at one version)."""
     table = sink.table_target.pyarrow_dataset(version).to_table()
-    return sorted(r["id"] for r in table.to_pylist() if epoch is None or r["epoch"] == epoch)
+    seen = sorted(r["id"] for r in table.to_pylist() if epoch is None or r["epoch"] == epoch)
+    if version is None:  # every current state is read by DuckDB's own delta_scan too
+        rows = duckdb_rows("delta", sink.table_target.location(), ["id", "epoch"])
+        assert sorted(i for i, e in rows if epoch is None or e == epoch) == seen
+    return seen
 
 
 def duck_ids(sink: DeltaSink) -> list[int]:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from airflow_tpc.tables.iceberg import PROP_ATTEMPT
 
 
@@ -16,6 +18,9 @@ def _job(spark, txn, ids: list[int]) -> None:
        .write.mode("append").parquet(txn.staging_uri))
 
 
+# Spark writes through Hadoop's local file system here (no hadoop-aws in pyspark): the
+# SQL catalog's local warehouse.
+@pytest.mark.parametrize("catalog_props", ["sql"], indirect=True)
 def test_spark_output_becomes_one_snapshot_per_commit(spark, make_sink):
     sink = make_sink()
     txn = sink.begin("2026-11-20")

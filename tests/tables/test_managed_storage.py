@@ -1,0 +1,149 @@
+"""Managed table storage: a REST catalog's table bucket (SeaweedFS) takes only the
+table's own files, so the ledger, claim, markers and seals live at ``ledger_uri``.
+
+Every check here reads the real S3 (the bucket listings) and the real catalog."""
+
+from __future__ import annotations
+
+import pytest
+from pyiceberg.catalog import load_catalog
+from pyiceberg.transforms import IdentityTransform
+
+from airflow_tpc import StorageError, TpcError
+from airflow_tpc.tables import IcebergSink, open_sink
+
+from .conftest import TABLE, rows, stage, write_parquet
+
+
+def _keys(seaweed, bucket: str) -> dict[str, str]:
+    """Every key of a bucket with its ETag: a byte-for-byte picture of it."""
+    s3 = seaweed.client()
+    out: dict[str, str] = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        out.update({o["Key"]: o["ETag"] for o in page.get("Contents", [])})
+    return out
+
+
+@pytest.fixture()
+def rest(seaweed):
+    """A fresh table bucket behind the REST catalog: (catalog properties, bucket)."""
+    warehouse = seaweed.new_warehouse()
+    return seaweed.catalog_properties(warehouse), warehouse[len("s3://"):].strip("/")
+
+
+def _sink(seaweed, props, ledger_uri=None, namespace="events", table=TABLE) -> IcebergSink:
+    return IcebergSink(f"iceberg://sw/{table}", namespace, catalog_properties=props,
+                       storage_options=seaweed.s3_options(), ledger_uri=ledger_uri)
+
+
+def _existing_table(props):
+    """A table made by someone else through the catalog, partitioned by epoch."""
+    catalog = load_catalog("sw", **props)
+    catalog.create_namespace_if_not_exists("analytics")
+    schema = rows("x", [1]).schema
+    table = catalog.create_table(TABLE, schema=schema)
+    with table.update_spec() as spec:
+        spec.add_field("epoch", IdentityTransform(), "epoch")
+    return catalog.load_table(TABLE)
+
+
+def test_only_data_files_and_the_catalogs_commits_reach_the_table_location(seaweed, rest):
+    props, bucket = rest
+    ledger = seaweed.new_prefix()
+    sink = _sink(seaweed, props, ledger)
+    txn, manifest = stage(sink, "5", {"a.parquet": rows("5", [1, 2])})
+    sink.commit(txn, expected_digest=manifest.digest)
+    txn, manifest = stage(_sink(seaweed, props, ledger), "5", {"b.parquet": rows("5", [3])})
+    _sink(seaweed, props, ledger).commit(txn, expected_digest=manifest.digest)
+    table = sink.table_target.load_table()
+    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == [3]
+    location = table.location().rstrip("/")
+    assert location == sink.table_location
+    prefix = location[len(f"s3://{bucket}/"):]
+    for key in _keys(seaweed, bucket):
+        assert key.startswith(prefix + "/"), key
+        rel = key[len(prefix) + 1:]
+        assert (rel.startswith("data/") and rel.endswith(".parquet")) \
+            or rel.startswith("metadata/"), key
+    # The ledger, the claim (naming the table's location), the markers and the seals.
+    store = sink.storage
+    root = ledger[len("s3://"):]
+    names = {o.path[len(root) + 1:] for o in store.list(root)}
+    assert "_tpc/sink.json" in names and "epoch=5/_tpc_published.json" in names
+    assert any(n.startswith("_tpc/sealed/epoch=5/attempt=000002/") for n in names)
+    claim = store.read_bytes(store.join(root, "_tpc", "sink.json"))
+    assert location.encode() in claim
+    assert sink.committed_files()["5"] == [f"{location}/data/_tpc_staging/epoch=5/"
+                                           "attempt=000002/b.parquet"]
+
+
+def test_an_existing_table_in_managed_storage_without_ledger_uri_says_what_to_set(
+        seaweed, rest):
+    props, bucket = rest
+    _existing_table(props)
+    before = _keys(seaweed, bucket)
+    sink = _sink(seaweed, props)
+    with pytest.raises(StorageError, match="set ledger_uri") as exc:
+        sink.begin("5")
+    assert "403" in str(exc.value) and "Nothing was written" in str(exc.value)
+    assert _keys(seaweed, bucket) == before
+    # With a ledger apart, the same table takes the epoch.
+    sink = _sink(seaweed, props, seaweed.new_prefix())
+    txn, manifest = stage(sink, "5", {"a.parquet": rows("5", [7])})
+    sink.commit(txn, expected_digest=manifest.digest)
+    assert sink.table_target.load_table().scan().to_arrow()["id"].to_pylist() == [7]
+
+
+def test_a_new_rest_table_without_ledger_uri_is_refused_before_anything_is_written(
+        seaweed, rest):
+    props, bucket = rest
+    with pytest.raises(TpcError, match="set ledger_uri"):
+        _sink(seaweed, props)
+    assert _keys(seaweed, bucket) == {}
+    assert not load_catalog("sw", **props).table_exists(TABLE)
+
+
+def test_the_new_tables_place_is_the_ledgers_until_the_table_exists(seaweed, rest):
+    """The catalog places a new table elsewhere once its first place holds files (our
+    staging): every later sink of the ledger still stages where the first one did, and
+    the table is created there."""
+    props, _ = rest
+    ledger = seaweed.new_prefix()
+    first = _sink(seaweed, props, ledger)
+    txn = first.begin("5")
+    later = _sink(seaweed, props, ledger)
+    assert later.table_location == first.table_location
+    assert later.layout.staging("5", 1) == first.layout.staging("5", 1)
+    write_parquet(later, txn, "a.parquet", rows("5", [1]))
+    # What the catalog would answer now is elsewhere: the place comes from the ledger.
+    catalog = load_catalog("sw", **props)
+    elsewhere = catalog.create_table_transaction(TABLE, schema=rows("5", [1]).schema)
+    assert elsewhere.table_metadata.location.rstrip("/") != first.table_location
+    assert _sink(seaweed, props, ledger).table_location == first.table_location
+    manifest = later.precommit(txn)
+    _sink(seaweed, props, ledger).commit(txn, expected_digest=manifest.digest)
+    assert catalog.load_table(TABLE).location().rstrip("/") == first.table_location
+
+
+def test_ledger_uri_is_refused_where_it_cannot_serve(seaweed, rest, tmp_path):
+    props, bucket = rest
+    ledger = seaweed.new_prefix()
+    sink = _sink(seaweed, props, ledger)
+    txn, _ = stage(sink, "5", {"a.parquet": rows("5", [1])})
+    sink.commit(txn)
+    # One ledger, one table: another table on the same ledger is refused at begin.
+    other = _sink(seaweed, props, ledger, table="analytics.other")
+    with pytest.raises(TpcError, match="give each table its own ledger_uri"):
+        other.begin("5")
+    inside = f"{sink.table_location}/ledger"
+    with pytest.raises(TpcError, match="must lie apart"):
+        _sink(seaweed, props, inside)
+    with pytest.raises(TpcError, match="another store"):
+        _sink(seaweed, props, str(tmp_path / "ledger"))
+    with pytest.raises(TpcError, match="not a table target"):
+        open_sink(str(tmp_path / "folder"), "events", ledger_uri=str(tmp_path / "ledger"))
+    # A folder target's ledger is not a table's.
+    folder = seaweed.new_prefix()
+    open_sink(folder, "events", storage_options=seaweed.s3_options()).begin("1")
+    with pytest.raises(TpcError, match="a folder target"):
+        _sink(seaweed, props, folder).begin("5")
