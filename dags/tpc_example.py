@@ -18,7 +18,14 @@ Configuration (environment, read when the DAG file is parsed):
                        AIRFLOW_CONN_TPC_EXAMPLE_CATALOG='{"conn_type": "iceberg_catalog",
                          "host": "sqlite:////data/catalog.db",
                          "schema": "file:///data/warehouse", "extra": {"type": "sql"}}'
-                       (scripts/demo.py sets it under the demo's data dir)
+                       (scripts/demo.py sets it under the demo's data dir); a REST
+                       catalog works the same way (host = its URI, login/password = its
+                       client credential, extra = the other pyiceberg properties)
+  TPC_EXAMPLE_LEDGER_URI  the table's ledger apart from it (needed on managed table
+                       storage and for a new table of a REST catalog; docs/tables.md)
+  TPC_EXAMPLE_REPLACE_WHERE  an existing table of its own partitioning: the rows one run
+                       owns, templated, e.g. "day = '{{ ds }}'" (the job writes a "day"
+                       column; without it the table uses the identity(epoch) layout)
 """
 
 from __future__ import annotations
@@ -72,6 +79,8 @@ with DAG(
             target=TABLE,
             namespace="tpc_daily_events_table",
             catalog_conn_id=os.environ.get("TPC_EXAMPLE_CATALOG_CONN", "tpc_example_catalog"),
+            ledger_uri=os.environ.get("TPC_EXAMPLE_LEDGER_URI") or None,
+            replace_where=os.environ.get("TPC_EXAMPLE_REPLACE_WHERE") or None,
             conn_id=os.environ.get("TPC_EXAMPLE_SPARK_CONN", "spark_local"),
             storage_conn_id=os.environ.get("TPC_EXAMPLE_STORAGE_CONN") or None,
             application_args=ARGS,
