@@ -60,11 +60,11 @@ class TpcBaseOperator(BaseOperator):
         table's storage takes only the table's own files (a REST catalog's managed
         storage, S3 Tables) and for a new table of a REST catalog.  Without it they live
         in the table's location.
-    :param replace_where: for an Iceberg table of any partitioning, the rows one epoch
+    :param replace_where: for a table of any partitioning, the rows one epoch
         owns and a commit replaces (templated), e.g. ``"event_date = '{{ ds }}'"`` or
         ``{"event_date": "{{ ds }}"}``; every staged row must satisfy it.  The commit's
         decision records it, so a later recover applies exactly what was decided.
-    :param write_mode: ``"replace"`` (default) or ``"append"`` (an Iceberg target: each
+    :param write_mode: ``"replace"`` (default) or ``"append"`` (a table target: each
         commit adds its files, idempotent by transaction, never replacing).
     """
 

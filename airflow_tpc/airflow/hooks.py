@@ -376,9 +376,9 @@ class SinkArgs:
         (``~/.pyiceberg.yaml``, ``PYICEBERG_CATALOG__<NAME>__*``).
     :param ledger_uri: for a table target, where its ledger lives apart from the table
         (see :func:`airflow_tpc.tables.open_sink`).
-    :param replace_where: for an Iceberg target, the rows one epoch owns (a predicate or
+    :param replace_where: for a table target, the rows one epoch owns (a predicate or
         a column mapping; :mod:`airflow_tpc.tables.scope`).
-    :param write_mode: ``"replace"`` (default) or ``"append"`` (Iceberg targets).
+    :param write_mode: ``"replace"`` (default) or ``"append"`` (table targets).
     :param where: who passed them, for the refusal message.
     """
 
@@ -467,7 +467,7 @@ class TpcHook(BaseHook):
     :param catalog_conn_id: a table target's ``iceberg_catalog`` connection
         (:class:`IcebergCatalogHook`); None: pyiceberg's own configuration.
     :param ledger_uri: a table target's ledger apart from the table (managed storage).
-    :param replace_where, write_mode: which rows of an Iceberg table an epoch owns.
+    :param replace_where, write_mode: which rows of a table an epoch owns.
     """
 
     conn_name_attr = "storage_conn_id"

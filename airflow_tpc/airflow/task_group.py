@@ -65,7 +65,7 @@ def exactly_once_spark_group(
         (docs/tables.md) and ``catalog_conn_id`` names the catalog's connection;
         ``ledger_uri`` keeps the table's ledger apart from it (managed table storage,
         a new table of a REST catalog); ``replace_where`` / ``write_mode`` say which
-        rows of an Iceberg table of any partitioning an epoch owns (docs/tables.md).
+        rows of a table of any partitioning an epoch owns (docs/tables.md).
     """
     shared = {"target": target, "namespace": namespace, "storage_conn_id": storage_conn_id,
               "storage_options": storage_options, "sink_config": sink_config,

@@ -48,7 +48,8 @@ def open_table_sink(target: str, namespace: str, *,
     keep the ledger, claim and markers there instead of inside the table's location
     (managed table storage; a folder on the table's store).  ``replace_where`` (a
     predicate or a column mapping) / ``mode="append"``: which rows an epoch owns in
-    a table of any partitioning (:mod:`airflow_tpc.tables.scope`; Iceberg)."""
+    a table of any partitioning (:mod:`airflow_tpc.tables.scope`; Delta: over
+    partition columns)."""
     from ..errors import TpcError
 
     if isinstance(target, str) and target.startswith("iceberg://"):

@@ -76,6 +76,7 @@ from .base import (
     read_sealed_stats,
     schema_error,
 )
+from .delta_scope import DeltaScope, partition_text
 from .scope import Scope
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -156,6 +157,9 @@ class DeltaTarget:
         # A store for the log and footers, opened the way the sink opens its own.
         self.storage, self._root = open_storage(self._location, storage_options)
         self._storage_options = dict(storage_options or {})
+        #: Staged files' partitionValues found by the last check (a table of its own
+        #: partitioning), sealed with their statistics.
+        self._partitions: dict[str, dict[str, str | None]] = {}
         self._delta_options = {**(delta_storage_options(storage_options)
                                   if scheme == "s3" else {}), **(delta_options or {})}
 
@@ -194,10 +198,8 @@ class DeltaTarget:
         return norm_uri(self._location)
 
     def strategy(self, scope: dict[str, Any] | None = None) -> DeltaCommit:
-        if Scope.from_doc(scope).kind != "epoch":
-            raise TpcError(f"a commit decision of Delta table {self.uri} names the scope "
-                           f"{scope!r}; Delta targets replace the epoch's partition only")
-        return DeltaCommit(self)
+        """The switch of a decision that replaces ``scope`` (its record's)."""
+        return DeltaCommit(self, Scope.from_doc(scope))
 
     # -- the table ----------------------------------------------------------------
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -262,22 +264,26 @@ class DeltaTarget:
         fs, root = self.arrow_filesystem()
         return table.to_pyarrow_dataset(filesystem=pafs.SubTreeFileSystem(root, fs))
 
-    def create_table(self, schema: pa.Schema, adds: list[Any], props: Any) -> None:
-        """Create the table (version 0) holding the epoch's staged files: one commit."""
+    def create_table(self, schema: pa.Schema, adds: list[Any], props: Any,
+                     layout: bool = True) -> None:
+        """Create the table (version 0) holding the epoch's staged files: one commit;
+        partitioned by ``epoch`` (``layout``), else unpartitioned (an append)."""
         from deltalake.schema import Schema
         from deltalake.transaction import create_table_with_add_actions
 
         try:
             create_table_with_add_actions(
-                self._table_uri(), Schema.from_arrow(_relaxed(_with_epoch(schema))), adds,
-                mode="error", partition_by=[EPOCH_COLUMN],
+                self._table_uri(),
+                Schema.from_arrow(_relaxed(_with_epoch(schema) if layout else schema)), adds,
+                mode="error", partition_by=[EPOCH_COLUMN] if layout else None,
                 storage_options=self._delta_options or None, commit_properties=props)
         except Exception as exc:
             if "already exists" in str(exc):  # another writer created it meanwhile
                 raise TableCreatedMeanwhile(str(exc)) from None
             raise StorageError(f"Delta table {self.uri}: failed to create: "
                                f"{type(exc).__name__}: {_first_line(exc)}") from None
-        log.info("created Delta table %s, partitioned by %s", self.uri, EPOCH_COLUMN)
+        log.info("created Delta table %s, %s", self.uri,
+                 f"partitioned by {EPOCH_COLUMN}" if layout else "unpartitioned")
 
     def highest_attempt(self, epoch: str, namespace: str) -> int:
         table = self.load_table()
@@ -409,13 +415,44 @@ class DeltaTarget:
         if table is None:
             return None
         meta = self._call("read the metadata of", table.metadata)
-        return {"id": str(meta.id), "partition_columns": list(meta.partition_columns),
-                "schema": self._call("read the schema of", table.schema).to_json()}
+        key = {"id": str(meta.id), "partition_columns": list(meta.partition_columns),
+               "schema": self._call("read the schema of", table.schema).to_json()}
+        if scope is not None and scope.kind != "epoch":
+            key["scope"] = scope.to_doc()
+        return key
 
     def file_stats(self, footers: dict[str, Any], table: DeltaTable | None
                    ) -> dict[str, dict[str, Any]]:
-        """Per file: its rows (the add action's ``numRecords``)."""
-        return {uri: {"rows": md.num_rows} for uri, md in footers.items()}
+        """Per file: its rows (the add action's ``numRecords``) and, for a table of its
+        own partitioning, its ``partitionValues`` (found by the last check)."""
+        return {uri: {"rows": md.num_rows,
+                      **({"partition": self._partitions[uri]} if uri in self._partitions
+                         else {})}
+                for uri, md in footers.items()}
+
+    def scope_for(self, table: DeltaTable, scope: Scope) -> DeltaScope:
+        """``scope`` bound to the table's schema and partition columns."""
+        import pyarrow as pa
+
+        meta = self._call("read the metadata of", table.metadata)
+        schema = pa.schema(self._call("read the schema of", table.schema).to_arrow())
+        return DeltaScope(scope, schema, list(meta.partition_columns))
+
+    def partitions(self, footers: dict[str, Any], uris: list[str], bound: DeltaScope
+                   ) -> tuple[dict[str, dict[str, str | None]], list[str]]:
+        """Each staged file's ``partitionValues`` under ``bound`` (files with rows)."""
+        out: dict[str, dict[str, str | None]] = {}
+        problems: list[str] = []
+        for uri in uris:
+            md = footers.get(uri)
+            if md is None or md.num_rows == 0:
+                continue
+            values, problem = bound.partition_of(uri, md, md.schema.to_arrow_schema())
+            if problem:
+                problems.append(problem)
+            elif values is not None:
+                out[uri] = values
+        return out, problems
 
     def check_staged(self, uris: list[str], epoch: str, table: DeltaTable | None, *,
                      decided: str | None = None,
@@ -433,10 +470,21 @@ class DeltaTarget:
         problems = list(problems)
         schemas = {uri: found[uri].schema.to_arrow_schema().remove_metadata()
                    for uri in uris if uri in found}
+        layout = scope is None or scope.kind == "epoch"
         for uri, schema in schemas.items():
-            problems += _epoch_problems(uri, found[uri], schema, epoch)
+            if layout:
+                problems += _epoch_problems(uri, found[uri], schema, epoch)
+        self._partitions = {}
         if table is not None:
-            problems += self._table_problems(table)
+            if layout:
+                problems += self._table_problems(table)
+            else:
+                assert scope is not None
+                bound = self.scope_for(table, scope)
+                problems += bound.problems
+                if not bound.problems:
+                    self._partitions, more = self.partitions(found, uris, bound)
+                    problems += more
             want = self._table_schema(table)
             # Each distinct schema is checked once (a commit of 10k files has one or two).
             verdicts: dict[pa.Schema, list[str]] = {}
@@ -446,6 +494,10 @@ class DeltaTarget:
                 problems += [f"{uri}: {p}" for p in verdicts[schema]]
         else:
             first = next(iter(schemas.values()), None)
+            if scope is not None and scope.kind == "where":
+                problems.append(f"replace_where needs an existing table, and {self.uri} does "
+                                "not exist: create it with the partitioning it should have "
+                                "(the epoch layout, without replace_where, creates its own)")
             if first is not None:
                 problems += _creatable_problems(first)
             for uri, schema in schemas.items():
@@ -574,8 +626,9 @@ class DeltaCommit(Strategy):
 
     name = "delta"
 
-    def __init__(self, target: DeltaTarget) -> None:
+    def __init__(self, target: DeltaTarget, scope: Scope | None = None) -> None:
         self.target = target
+        self.scope = scope or Scope()
 
     def switch(self, layout: Layout, manifest: Manifest, staging: str, dst: str,
                version: str | None) -> bool:
@@ -608,10 +661,11 @@ class DeltaCommit(Strategy):
             # table is made from the files' schema: read (once, in parallel) then.
             schema = None
             if table is None or sealed is None \
-                    or sealed["table"] != self.target.table_key(table):
+                    or sealed["table"] != self.target.table_key(table, self.scope):
                 footers = footers or self.target.read_footers(uris)
                 schema = self.target.check_staged(uris, manifest.epoch, table,
-                                                  decided=manifest.txn_id, footers=footers)
+                                                  decided=manifest.txn_id, footers=footers,
+                                                  scope=self.scope)
                 if table is None and schema is None:
                     break  # nothing staged and no table: nothing to replace
             crashpoint("delta.before_table_commit")
@@ -672,8 +726,11 @@ class DeltaCommit(Strategy):
             rows.update({u: found[u].num_rows for u in missing})
         now = int(time.time() * 1000)
         sizes = {u: f.size for u, f in zip(uris, manifest.files, strict=True)}
+        layout = self.scope.kind == "epoch"
+        parts = {u: {EPOCH_COLUMN: manifest.epoch} for u in uris} if layout \
+            else self._partitions(table, manifest, uris, sealed, footers)
         # A file without rows (Spark writes one for an empty task) adds nothing.
-        adds = [AddAction(self.target.relative(u), sizes[u], {EPOCH_COLUMN: manifest.epoch},
+        adds = [AddAction(self.target.relative(u), sizes[u], parts[u],
                           now, True, json.dumps({"numRecords": rows[u]}))
                 for u in uris if rows[u] > 0]
         props = CommitProperties(
@@ -682,14 +739,60 @@ class DeltaCommit(Strategy):
                                           manifest.attempt)])
         if table is None:
             assert schema is not None
-            self.target.create_table(schema, adds, props)
-        else:
+            self.target.create_table(schema, adds, props, layout=layout)
+        elif layout:
             removes = self._epoch_removes(table, manifest.epoch, now)
             self.target._call("commit to", table.create_write_transaction,
                               [*removes, *adds], "append", table.schema(),
                               partition_by=[EPOCH_COLUMN], commit_properties=props)
+        else:
+            bound = self.target.scope_for(table, self.scope)
+            removes = self._scope_removes(table, bound, now)
+            self.target._call("commit to", table.create_write_transaction,
+                              [*removes, *adds], "append", table.schema(),
+                              partition_by=bound.partition_columns or None,
+                              commit_properties=props)
         log.info("Delta %s: epoch %s is attempt %d (%d files)", self.target.uri,
                  manifest.epoch, manifest.attempt, len(adds))
+
+    def _partitions(self, table: DeltaTable | None, manifest: Manifest, uris: list[str],
+                    sealed: dict[str, Any] | None,
+                    footers: tuple[dict[str, Any], list[str]] | None
+                    ) -> dict[str, dict[str, str | None]]:
+        """Each staged file's ``partitionValues`` for a table of its own partitioning:
+        sealed at pre-commit, else from the footers (read once)."""
+        if table is None:  # an append creating the table: unpartitioned
+            return {u: {} for u in uris}
+        if sealed is not None and all("partition" in sealed["files"][f.path]
+                                      for f in manifest.files if sealed["files"][f.path]
+                                      .get("rows", 1)):
+            return {u: sealed["files"][f.path].get("partition", {})
+                    for u, f in zip(uris, manifest.files, strict=True)}
+        found, problems = footers if footers is not None else self.target.read_footers(uris)
+        out, more = self.target.partitions(found, uris, self.target.scope_for(table,
+                                                                               self.scope))
+        if problems or more:
+            raise StorageError("; ".join([*problems, *more][:5]))
+        return {u: out.get(u, {}) for u in uris}
+
+    def _scope_removes(self, table: DeltaTable, bound: DeltaScope, now: int) -> list[Any]:
+        """``remove`` actions for the files whose partition the predicate selects."""
+        import pyarrow as pa
+        from deltalake.transaction import RemoveAction
+
+        if self.scope.kind != "where":
+            return []
+        actions = pa.table(self.target._call("list the files of", table.get_add_actions,
+                                             flatten=True))
+        cols = {c: f"partition.{c}" for c in bound.partition_columns}
+        out = []
+        for row in actions.select(["path", "size_bytes", *cols.values()]).to_pylist():
+            values = {c: row[k] for c, k in cols.items()}
+            if bound.selects(values):
+                out.append(RemoveAction(row["path"], True, now, row["size_bytes"],
+                                        {c: None if v is None else partition_text(v)
+                                         for c, v in values.items()}))
+        return out
 
     def _epoch_removes(self, table: DeltaTable, epoch: str, now: int) -> list[Any]:
         """``remove`` actions for the data files of partition ``epoch`` now in the table."""
@@ -728,13 +831,11 @@ class DeltaSink(TableSink):
                  config: SinkConfig | None = None,
                  ledger_uri: str | None = None,
                  replace_where: Any = None, mode: str = "replace") -> None:
-        if Scope.of(replace_where, mode).kind != "epoch":
-            raise TpcError("replace_where and mode='append' are supported for Iceberg targets; "
-                           "a Delta target replaces its epoch's partition (identity 'epoch')")
+        scope = Scope.of(replace_where, mode)
         if isinstance(target, str):
             target = DeltaTarget.parse(target, storage_options, catalog_properties)
         super().__init__(target, namespace, storage_options=storage_options, config=config,
-                         ledger_uri=ledger_uri)
+                         ledger_uri=ledger_uri, scope=scope)
         self.table_target: DeltaTarget = target
 
     def committed_files(self, epochs: Any = None) -> dict[str, list[str]]:

@@ -195,10 +195,6 @@ def test_bad_scopes_get_one_clear_error_before_anything_is_written(foreign, scop
         scoped(replace_where=day(20), mode="append")
     with pytest.raises(TpcError, match="unknown write mode"):
         scoped(mode="upsert")
-    from airflow_tpc.tables import DeltaSink
-
-    with pytest.raises(TpcError, match="supported for Iceberg"):
-        DeltaSink(f"delta+file://{tmp_path}/d", "events", replace_where=day(20))
     # A predicate on a column the table does not have: refused at pre-commit.
     table = foreign("days", events(20, [3]))
     sink = scoped(replace_where="region = 'eu'")
