@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlparse
@@ -464,6 +465,18 @@ def _ledger_root(fmt: str, table_uri: str, location: str, ledger_uri: str) -> st
     return ledger_uri
 
 
+def column_statistics(md: Any, name: str) -> Iterator[tuple[int, Any]]:
+    """``(rows, statistics)`` of column ``name`` in each non-empty row group of a Parquet
+    footer (statistics None where the writer kept none)."""
+    for rg in range(md.num_row_groups):
+        group = md.row_group(rg)
+        if group.num_rows == 0:
+            continue
+        col = next(group.column(i) for i in range(group.num_columns)
+                   if group.column(i).path_in_schema == name)
+        yield group.num_rows, col.statistics
+
+
 def epoch_column_problems(uri: str, md: Any, schema: Any, epoch: str) -> list[str]:
     """The staged file's ``epoch`` column (present) is a string holding only ``epoch``,
     judged from the footer's row-group statistics (no data read).  Shared by the
@@ -473,13 +486,7 @@ def epoch_column_problems(uri: str, md: Any, schema: Any, epoch: str) -> list[st
     typ = schema.field(EPOCH_COLUMN).type
     if not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
         return [f"{uri}: column {EPOCH_COLUMN!r} is {typ}, not a string"]
-    for rg in range(md.num_row_groups):
-        group = md.row_group(rg)
-        if group.num_rows == 0:
-            continue
-        col = next(group.column(i) for i in range(group.num_columns)
-                   if group.column(i).path_in_schema == EPOCH_COLUMN)
-        stats = col.statistics
+    for _rows, stats in column_statistics(md, EPOCH_COLUMN):
         if stats is None or not stats.has_min_max or stats.null_count:
             return [f"{uri}: column {EPOCH_COLUMN!r} has nulls or no statistics; every row "
                     f"must hold {epoch!r}"]

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .base import column_statistics
 from .scope import Scope, proves
 
 #: Partition column types whose Delta string form is the value's ISO/decimal text.
@@ -153,16 +154,10 @@ def _equalities(expr: Any) -> dict[str, Any]:
 def _single_value(uri: str, md: Any, name: str) -> tuple[Any, str | None]:
     """The one value column ``name`` holds in every row (footer statistics), else why not."""
     seen: set[Any] = set()
-    for rg in range(md.num_row_groups):
-        group = md.row_group(rg)
-        if group.num_rows == 0:
-            continue
-        col = next(group.column(i) for i in range(group.num_columns)
-                   if group.column(i).path_in_schema == name)
-        stats = col.statistics
-        if stats is None or (not stats.has_min_max and stats.null_count != group.num_rows):
+    for rows, stats in column_statistics(md, name):
+        if stats is None or (not stats.has_min_max and stats.null_count != rows):
             return None, f"{uri}: column {name!r} has no statistics to take its partition from"
-        if stats.null_count == group.num_rows:
+        if stats.null_count == rows:
             seen.add(None)
         elif stats.null_count or stats.min != stats.max:
             return None, (f"{uri} holds several values of partition column {name!r}: write "

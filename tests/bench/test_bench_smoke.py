@@ -61,3 +61,12 @@ def test_bench_spark_smoke(tmp_path: Path) -> None:
          tmp_path)
     assert json.loads(results.read_text())
     assert out.read_text().strip()
+
+
+def test_bench_rest_smoke(tmp_path: Path) -> None:
+    results = tmp_path / "rest.json"
+    report = _run(["bench/bench_rest.py", "--sizes", "20", "--reps", "1", "--latency-ms", "0",
+                   "0", "--results", str(results), "--output", "-"], tmp_path)
+    (case,) = json.loads(results.read_text())["cases"]
+    assert all(len(case["runs"][v]) == 1 for v in ("iceberg-rest", "copy"))
+    assert "| files | iceberg-rest commit |" in report

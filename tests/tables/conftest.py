@@ -84,6 +84,12 @@ def stage(sink: IcebergSink, epoch: str, batches: dict[str, pa.Table], *,
     return txn, manifest
 
 
+def commit_epoch(sink, epoch: str, batches: dict[str, pa.Table]):
+    """Begin, stage, pre-commit and commit one epoch: (the commit's result, the txn)."""
+    txn, manifest = stage(sink, epoch, batches)
+    return sink.commit(txn, expected_digest=manifest.digest), txn
+
+
 @pytest.fixture(scope="session")
 def spark():
     """The suite's one SparkSession if one runs already; else one for the table tests."""

@@ -16,6 +16,7 @@ from airflow_tpc.faults import InjectedCrash, armed
 from airflow_tpc.tables import DeltaSink, TableSchemaError
 from tests.duckdb_readers import duckdb_rows
 
+from .conftest import commit_epoch as commit
 from .conftest import write_parquet
 
 
@@ -38,14 +39,6 @@ def table(tmp_path):
 
 def sink_of(path: str, **kwargs) -> DeltaSink:
     return DeltaSink(f"delta+file://{path}", "events", **kwargs)
-
-
-def commit(sink: DeltaSink, epoch: str, files: dict[str, pa.Table]):
-    txn = sink.begin(epoch)
-    for name, batch in files.items():
-        write_parquet(sink, txn, name, batch)
-    manifest = sink.precommit(txn)
-    return sink.commit(txn, expected_digest=manifest.digest), txn
 
 
 def ids(path: str) -> list[int]:

@@ -21,6 +21,7 @@ from airflow_tpc.tables.iceberg import PROP_ATTEMPT, PROP_EPOCH
 from airflow_tpc.tables.scope import Scope
 
 from .conftest import TABLE, duckdb_ids, write_parquet
+from .conftest import commit_epoch as commit
 
 DAY = "ts >= '2026-11-{d}T00:00:00' AND ts < '2026-11-{e}T00:00:00'"
 
@@ -68,14 +69,6 @@ def scoped(catalog_props, sink_options):
         return IcebergSink(f"iceberg://local/{TABLE}", namespace,
                            catalog_properties=catalog_props, **sink_options, **kwargs)
     return make
-
-
-def commit(sink: IcebergSink, epoch: str, files: dict[str, pa.Table]):
-    txn = sink.begin(epoch)
-    for name, batch in files.items():
-        write_parquet(sink, txn, name, batch)
-    manifest = sink.precommit(txn)
-    return sink.commit(txn, expected_digest=manifest.digest), txn
 
 
 def ids(table) -> list[int]:
