@@ -131,6 +131,8 @@ class IcebergTarget:
         #: Partitions computed from staged files' values by the last check (a spec with
         #: a ``bucket`` field: :mod:`.iceberg_partitions`), reused for their statistics.
         self._data_partitions: dict[str, list[Any]] = {}
+        #: Whether the table existed when :meth:`location` first looked (None: not yet).
+        self._existed: bool | None = None
 
     @classmethod
     def parse(cls, uri: str, catalog_properties: dict[str, str] | None = None,
@@ -193,6 +195,7 @@ class IcebergTarget:
         catalog says it would go now."""
         if self._location is None:
             table = self.load_table()
+            self._existed = table is not None
             if table is not None:
                 self._location = table.location().rstrip("/")
             elif placed:
@@ -216,7 +219,11 @@ class IcebergTarget:
         decides, and may pick another place once the first has files in it (staging)."""
         from pyiceberg.catalog import MetastoreCatalog
 
-        return self.load_table() is not None or isinstance(self.catalog(), MetastoreCatalog)
+        if isinstance(self.catalog(), MetastoreCatalog):
+            return True
+        if self._existed is None:  # asked without a stage-create (which may leave files)
+            self._existed = self.load_table() is not None
+        return self._existed
 
     def file_io(self) -> Any:
         from pyiceberg.io import load_file_io
