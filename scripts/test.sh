@@ -7,4 +7,5 @@ bash scripts/bootstrap.sh
 export SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON="$PWD/.venv/bin/python"
 export PATH="$PWD/.venv/bin:$PATH"
 .venv/bin/ruff check airflow_tpc tests dags bench scripts
-exec .venv/bin/python -m pytest "$@"
+# The 25 slowest tests close the report: what to look at when the suite grows.
+exec .venv/bin/python -m pytest --durations=25 "$@"
