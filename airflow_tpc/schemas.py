@@ -176,9 +176,11 @@ def decision_schema() -> dict[str, Any]:
                       "manifest_digest": {"type": "string", "pattern": DIGEST_PATTERN},
                       "totals": _totals(), "writer": WRITER,
                       "scope": {"type": "object", "required": ["kind"],
-                                "properties": {"kind": {"enum": ["where", "append"]},
+                                "properties": {"kind": {"enum": ["epoch", "where",
+                                                                  "append"]},
                                                "where": {"type": "string",
-                                                         "minLength": 1}}}},
+                                                         "minLength": 1},
+                                               "add_columns": {"type": "boolean"}}}},
                      ["format", "version", "outcome", "txn", "txn_id", "staging",
                       "decided_at", "mode", "verify", "forced", "manifest_digest", "totals"])
     legacy_commit = _object({"outcome": {"const": "commit"}, "version": {"const": 1},

@@ -66,6 +66,8 @@ class TpcBaseOperator(BaseOperator):
         decision records it, so a later recover applies exactly what was decided.
     :param write_mode: ``"replace"`` (default) or ``"append"`` (a table target: each
         commit adds its files, idempotent by transaction, never replacing).
+    :param add_columns: an Iceberg target's commit may add the staged files' columns the
+        table lacks (nullable, by name); by default such a column is refused.
     """
 
     template_fields = tpc_template_fields()
@@ -79,6 +81,7 @@ class TpcBaseOperator(BaseOperator):
     ledger_uri: str | None
     replace_where: Any
     write_mode: str
+    add_columns: bool
 
     def __init__(self, *, target: str, namespace: str, storage_conn_id: str | None = None,
                  storage_options: dict[str, Any] | None = None,
@@ -87,12 +90,13 @@ class TpcBaseOperator(BaseOperator):
                  ledger_uri: str | None = None,
                  replace_where: Any = None,
                  write_mode: str = "replace",
+                 add_columns: bool = False,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         # Checked now (a refused secret fails the DAG import, before anything renders or
         # stores it) and again whenever the hook is built from the rendered arguments.
         args = SinkArgs(target, namespace, storage_conn_id, storage_options, sink_config,
-                        catalog_conn_id, ledger_uri, replace_where, write_mode,
+                        catalog_conn_id, ledger_uri, replace_where, write_mode, add_columns,
                         where=type(self).__name__)
         self.target = args.target
         self.namespace = args.namespace
@@ -103,6 +107,7 @@ class TpcBaseOperator(BaseOperator):
         self.ledger_uri = args.ledger_uri
         self.replace_where = args.replace_where
         self.write_mode = args.write_mode
+        self.add_columns = args.add_columns
         self._tpc_hook_for: tuple[SinkArgs, TpcHook] | None = None
 
     @property
@@ -111,7 +116,8 @@ class TpcBaseOperator(BaseOperator):
         return SinkArgs(self.target, self.namespace, self.storage_conn_id,
                         self.storage_options, self.sink_config, self.catalog_conn_id or None,
                         self.ledger_uri or None, self.replace_where,
-                        self.write_mode or "replace", where=type(self).__name__)
+                        self.write_mode or "replace", bool(self.add_columns),
+                        where=type(self).__name__)
 
     @property
     def tpc_hook(self) -> TpcHook:

@@ -210,7 +210,7 @@ def sink_config_dict(config: SinkConfig | dict[str, Any] | None) -> dict[str, An
 
 #: Names of the sink arguments, in the order operators, sensor and trigger declare them.
 SINK_ARG_NAMES = ("target", "namespace", "storage_conn_id", "storage_options", "sink_config",
-                  "catalog_conn_id", "ledger_uri", "replace_where", "write_mode")
+                  "catalog_conn_id", "ledger_uri", "replace_where", "write_mode", "add_columns")
 
 
 def is_table_target(target: str) -> bool:
@@ -379,6 +379,7 @@ class SinkArgs:
     :param replace_where: for a table target, the rows one epoch owns (a predicate or
         a column mapping; :mod:`airflow_tpc.tables.scope`).
     :param write_mode: ``"replace"`` (default) or ``"append"`` (table targets).
+    :param add_columns: an Iceberg target's commit may add the staged files' new columns.
     :param where: who passed them, for the refusal message.
     """
 
@@ -391,6 +392,7 @@ class SinkArgs:
     ledger_uri: str | None = None
     replace_where: Any = None
     write_mode: str = "replace"
+    add_columns: bool = False
     where: InitVar[str] = "SinkArgs"
 
     def __post_init__(self, where: str) -> None:
@@ -403,7 +405,8 @@ class SinkArgs:
                 "storage_options": dict(self.storage_options or {}),
                 "sink_config": sink_config_dict(self.sink_config),
                 "catalog_conn_id": self.catalog_conn_id, "ledger_uri": self.ledger_uri,
-                "replace_where": self.replace_where, "write_mode": self.write_mode}
+                "replace_where": self.replace_where, "write_mode": self.write_mode,
+                "add_columns": self.add_columns}
 
     @classmethod
     def from_txn_doc(cls, doc: dict[str, Any], where: str = "transaction XCom") -> SinkArgs:
@@ -420,7 +423,7 @@ class SinkArgs:
                        storage_options=self.storage_options, config=self.sink_config,
                        catalog_conn_id=self.catalog_conn_id, ledger_uri=self.ledger_uri,
                        replace_where=self.replace_where, write_mode=self.write_mode,
-                       connection=connection,
+                       add_columns=self.add_columns, connection=connection,
                        catalog_connection=catalog_connection)
 
 
@@ -468,6 +471,7 @@ class TpcHook(BaseHook):
         (:class:`IcebergCatalogHook`); None: pyiceberg's own configuration.
     :param ledger_uri: a table target's ledger apart from the table (managed storage).
     :param replace_where, write_mode: which rows of a table an epoch owns.
+    :param add_columns: an Iceberg target's commit may add the staged files' new columns.
     """
 
     conn_name_attr = "storage_conn_id"
@@ -482,6 +486,7 @@ class TpcHook(BaseHook):
                  ledger_uri: str | None = None,
                  replace_where: Any = None,
                  write_mode: str = "replace",
+                 add_columns: bool = False,
                  connection: Connection | None = None,
                  catalog_connection: Connection | None = None) -> None:
         super().__init__()
@@ -490,6 +495,7 @@ class TpcHook(BaseHook):
         self.ledger_uri = ledger_uri
         self.replace_where = replace_where
         self.write_mode = write_mode
+        self.add_columns = add_columns
         self._catalog_connection = catalog_connection
         self.namespace = namespace
         self.storage_conn_id = storage_conn_id
@@ -569,7 +575,8 @@ class TpcHook(BaseHook):
                                    if self.is_table else None,
                                    ledger_uri=self.ledger_uri or None,
                                    replace_where=self.replace_where,
-                                   mode=self.write_mode or "replace")
+                                   mode=self.write_mode or "replace",
+                                   add_columns=bool(self.add_columns))
             self._sink_options = options
         return self._sink
 

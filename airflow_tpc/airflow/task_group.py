@@ -34,6 +34,7 @@ def exactly_once_spark_group(
     ledger_uri: str | None = None,
     replace_where: Any = None,
     write_mode: str = "replace",
+    add_columns: bool = False,
     outlets: list[Asset] | None = None,
     sensor_mode: str = "poke",
     deferrable: bool = False,
@@ -70,7 +71,8 @@ def exactly_once_spark_group(
     shared = {"target": target, "namespace": namespace, "storage_conn_id": storage_conn_id,
               "storage_options": storage_options, "sink_config": sink_config,
               "catalog_conn_id": catalog_conn_id, "ledger_uri": ledger_uri,
-              "replace_where": replace_where, "write_mode": write_mode}
+              "replace_where": replace_where, "write_mode": write_mode,
+              "add_columns": add_columns}
     with TaskGroup(group_id=group_id) as group:
         submit = StagedSparkSubmitOperator(task_id="submit", application=application,
                                            epoch=epoch, conn_id=conn_id, **shared,
@@ -94,6 +96,7 @@ def exactly_once_tasks(
     ledger_uri: str | None = None,
     replace_where: Any = None,
     write_mode: str = "replace",
+    add_columns: bool = False,
     outlets: list[Asset] | None = None,
     sensor_mode: str = "poke",
     deferrable: bool = False,
@@ -119,7 +122,8 @@ def exactly_once_tasks(
     shared = {"target": target, "namespace": namespace, "storage_conn_id": storage_conn_id,
               "storage_options": storage_options, "sink_config": sink_config,
               "catalog_conn_id": catalog_conn_id, "ledger_uri": ledger_uri,
-              "replace_where": replace_where, "write_mode": write_mode}
+              "replace_where": replace_where, "write_mode": write_mode,
+              "add_columns": add_columns}
     wait = PrecommitSensor(task_id="wait_precommit", submit_task_id=submit.task_id,
                            mode=sensor_mode, deferrable=deferrable,
                            poke_interval=poke_interval, timeout=sensor_timeout, **shared)

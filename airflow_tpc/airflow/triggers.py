@@ -25,8 +25,8 @@ class PrecommitTrigger(BaseTrigger):
 
     :param txn: the transaction XCom of the submit task.
     :param target, namespace, storage_conn_id, storage_options, sink_config,
-        catalog_conn_id, ledger_uri, replace_where, write_mode: the sink arguments
-        (:class:`SinkArgs`; connections by name only).
+        catalog_conn_id, ledger_uri, replace_where, write_mode, add_columns: the sink
+        arguments (:class:`SinkArgs`; connections by name only).
     :param poll_interval: seconds between looks.
     :param deadline: epoch seconds after which a ``timeout`` event is sent.
     """
@@ -39,12 +39,13 @@ class PrecommitTrigger(BaseTrigger):
                  ledger_uri: str | None = None,
                  replace_where: Any = None,
                  write_mode: str = "replace",
+                 add_columns: bool = False,
                  poll_interval: float = 10.0, deadline: float | None = None) -> None:
         super().__init__()
         self.txn = txn
         self.sink_args = SinkArgs(target, namespace, storage_conn_id, storage_options,
                                   sink_config, catalog_conn_id, ledger_uri, replace_where,
-                                  write_mode, where=type(self).__name__)
+                                  write_mode, add_columns, where=type(self).__name__)
         self.poll_interval = poll_interval
         self.deadline = deadline
 

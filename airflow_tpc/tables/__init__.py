@@ -40,7 +40,8 @@ def open_table_sink(target: str, namespace: str, *,
                     storage_options: dict[str, Any] | None = None,
                     config: SinkConfig | None = None,
                     ledger_uri: str | None = None,
-                    replace_where: Any = None, mode: str = "replace") -> TableSink:
+                    replace_where: Any = None, mode: str = "replace",
+                    add_columns: bool = False) -> TableSink:
     """A sink for a table target URI: ``iceberg://<catalog>/<namespace>.<table>``
     (``catalog_properties``: pyiceberg's catalog properties) or ``delta+file:///<path>``
     / ``delta+s3://<bucket>/<prefix>`` (``catalog_properties``: extra delta-rs storage
@@ -49,7 +50,8 @@ def open_table_sink(target: str, namespace: str, *,
     (managed table storage; a folder on the table's store).  ``replace_where`` (a
     predicate or a column mapping) / ``mode="append"``: which rows an epoch owns in
     a table of any partitioning (:mod:`airflow_tpc.tables.scope`; Delta: over
-    partition columns)."""
+    partition columns).  ``add_columns``: a commit may add the staged files' new
+    columns to the table (Iceberg; refused by default)."""
     from ..errors import TpcError
 
     if isinstance(target, str) and target.startswith("iceberg://"):
@@ -57,13 +59,15 @@ def open_table_sink(target: str, namespace: str, *,
 
         return IcebergSink(target, namespace, catalog_properties=catalog_properties,
                            storage_options=storage_options, config=config,
-                           ledger_uri=ledger_uri, replace_where=replace_where, mode=mode)
+                           ledger_uri=ledger_uri, replace_where=replace_where, mode=mode,
+                           add_columns=add_columns)
     if isinstance(target, str) and target.startswith(("delta+file://", "delta+s3://")):
         from .delta import DeltaSink
 
         return DeltaSink(target, namespace, catalog_properties=catalog_properties,
                          storage_options=storage_options, config=config,
-                         ledger_uri=ledger_uri, replace_where=replace_where, mode=mode)
+                         ledger_uri=ledger_uri, replace_where=replace_where, mode=mode,
+                         add_columns=add_columns)
     raise TpcError(f"{target!r} is not a table target (supported: iceberg://, delta+file://, "
                    "delta+s3://)")
 
@@ -72,7 +76,8 @@ def open_sink(target: str, namespace: str, *, storage_options: dict[str, Any] | 
               config: SinkConfig | None = None,
               catalog_properties: dict[str, str] | None = None,
               ledger_uri: str | None = None,
-              replace_where: Any = None, mode: str = "replace") -> Sink:
+              replace_where: Any = None, mode: str = "replace",
+              add_columns: bool = False) -> Sink:
     """A sink for any target: a table URI (``iceberg://<catalog>/<ns>.<table>``,
     ``delta+file:///<path>``, ``delta+s3://<bucket>/<prefix>``) or a folder.  One call
     for the layers that build sinks from a user's target string (operators, CLI, the
@@ -81,10 +86,12 @@ def open_sink(target: str, namespace: str, *, storage_options: dict[str, Any] | 
     if isinstance(target, str) and target.startswith(TABLE_SCHEMES):
         return open_table_sink(target, namespace, catalog_properties=catalog_properties,
                                storage_options=storage_options, config=config,
-                               ledger_uri=ledger_uri, replace_where=replace_where, mode=mode)
+                               ledger_uri=ledger_uri, replace_where=replace_where, mode=mode,
+                               add_columns=add_columns)
     for given, name in ((catalog_properties, "catalog_properties"), (ledger_uri, "ledger_uri"),
                         (replace_where, "replace_where"),
-                        (mode if mode != "replace" else None, "mode")):
+                        (mode if mode != "replace" else None, "mode"),
+                        (add_columns or None, "add_columns")):
         if given:
             from ..errors import TpcError
 

@@ -830,8 +830,12 @@ class DeltaSink(TableSink):
                  storage_options: dict[str, Any] | None = None,
                  config: SinkConfig | None = None,
                  ledger_uri: str | None = None,
-                 replace_where: Any = None, mode: str = "replace") -> None:
-        scope = Scope.of(replace_where, mode)
+                 replace_where: Any = None, mode: str = "replace",
+                 add_columns: bool = False) -> None:
+        scope = Scope.of(replace_where, mode, add_columns)
+        if scope.add_columns:
+            raise TpcError("add_columns is supported for Iceberg targets; a Delta target "
+                           "refuses a column its table lacks")
         if isinstance(target, str):
             target = DeltaTarget.parse(target, storage_options, catalog_properties)
         super().__init__(target, namespace, storage_options=storage_options, config=config,

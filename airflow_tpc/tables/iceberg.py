@@ -393,7 +393,7 @@ class IcebergTarget:
             verdicts: dict[pa.Schema, list[str]] = {}
             for uri, schema in schemas.items():
                 if schema not in verdicts:
-                    verdicts[schema] = _schema_problems(schema, table)
+                    verdicts[schema] = _schema_problems(schema, table, scope.add_columns)
                 problems += [f"{uri}: {p}" for p in verdicts[schema]]
         else:
             first = next(iter(schemas.values()), None)
@@ -437,7 +437,9 @@ def _scope_problems(footers: dict[str, Any], uris: list[str], table: Table,
     from pyiceberg.io.pyarrow import data_file_statistics_from_parquet_metadata
 
     meta = table.metadata
-    schema, spec, columns, mapping = _stats_plan(meta)
+    schema, spec, columns, mapping = _stats_plan(
+        meta, [md.schema.to_arrow_schema() for md in footers.values()]
+        if scope.add_columns else None)
     bound = None
     if scope.kind == "where":
         from pyiceberg.expressions.visitors import bind
@@ -480,6 +482,24 @@ def _scope_problems(footers: dict[str, Any], uris: list[str], table: Table,
     return problems
 
 
+def _add_new_columns(tx: Any, footers: dict[str, Any]) -> None:
+    """Add the staged files' columns the table lacks (``add_columns``): nullable, by
+    name (``union_by_name``), in the commit's own transaction — the name mapping is
+    updated with them, so readers find them in the files."""
+    import pyarrow as pa
+
+    known = set(tx.table_metadata.schema().column_names)
+    new: dict[str, pa.Field] = {}
+    for md in footers.values():
+        for f in md.schema.to_arrow_schema():
+            if f.name not in known and f.name not in new:
+                new[f.name] = f.with_nullable(True)
+    if new:
+        with tx.update_schema() as update:
+            update.union_by_name(pa.schema(list(new.values())))
+        log.info("adding columns %s to the table, as add_columns allows", ", ".join(new))
+
+
 def _placeholder_schema() -> Any:
     """A schema for asking a catalog where a new table would go (never committed)."""
     from pyiceberg.schema import Schema
@@ -496,11 +516,34 @@ def _epoch_problems(uri: str, md: Any, schema: pa.Schema, epoch: str) -> list[st
     return epoch_column_problems(uri, md, schema, epoch)
 
 
-def _stats_plan(meta: Any) -> tuple[Any, Any, Any, Any]:
-    """What every file's statistics are computed with (once per table state)."""
-    from pyiceberg.io.pyarrow import compute_statistics_plan, parquet_path_to_id_mapping
+def _stats_plan(meta: Any, adding: list[pa.Schema] | None = None
+                ) -> tuple[Any, Any, Any, Any]:
+    """What every file's statistics are computed with (once per table state).
+    ``adding``: staged schemas whose columns the table lacks are about to be added
+    (``add_columns``): they get the ids the table would give them next."""
+    from pyiceberg.io.pyarrow import (
+        _pyarrow_to_schema_without_ids,
+        compute_statistics_plan,
+        parquet_path_to_id_mapping,
+    )
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import NestedField
 
     schema = meta.schema()
+    if adding:
+        fields, next_id = list(schema.fields), meta.last_column_id
+        known = set(schema.column_names)
+        for arrow in adding:
+            for name in arrow.names:
+                if name in known:
+                    continue
+                known.add(name)
+                typ = _pyarrow_to_schema_without_ids(pa_schema_of(arrow, name)).fields[0]
+                if not typ.field_type.is_primitive:
+                    continue  # no statistics for it here; the commit adds it whole
+                next_id += 1
+                fields.append(NestedField(next_id, name, typ.field_type, required=False))
+        schema = Schema(*fields, schema_id=schema.schema_id)
     return (schema, meta.spec(), compute_statistics_plan(schema, meta.properties),
             parquet_path_to_id_mapping(schema))
 
@@ -568,16 +611,30 @@ def _creatable_problems(schema: pa.Schema) -> list[str]:
     return []
 
 
-def _schema_problems(schema: pa.Schema, table: Table) -> list[str]:
-    """Name the columns of a staged file that do not fit the table's schema."""
+def _schema_problems(schema: pa.Schema, table: Table, add_columns: bool = False) -> list[str]:
+    """Name the columns of a staged file that do not fit the table's schema.
+    ``add_columns``: a column the table lacks is fine if Iceberg has a type for it (the
+    commit adds it); the others are checked as always."""
     from pyiceberg.io.pyarrow import (
         _check_pyarrow_schema_compatible,
         _pyarrow_to_schema_without_ids,
     )
 
     want = table.schema()
-    have = set(schema.names)
     fields = {f.name: f for f in want.fields}
+    if add_columns:
+        extra = [name for name in schema.names if name not in fields]
+        typeless = []
+        for name in extra:
+            try:
+                _pyarrow_to_schema_without_ids(pa_schema_of(schema, name))
+            except Exception:
+                typeless.append(f"{name} ({schema.field(name).type})")
+        if typeless:
+            return [f"columns Iceberg has no type for, so they cannot be added: "
+                    f"{', '.join(typeless)}"]
+        schema = pa_schema_of_all(schema, [n for n in schema.names if n in fields])
+    have = set(schema.names)
     unknown = sorted(have - set(fields))
     missing = sorted(f.name for f in want.fields if f.required and f.name not in have)
     detail = ""
@@ -603,7 +660,8 @@ def _schema_problems(schema: pa.Schema, table: Table) -> list[str]:
                               f"{fields[name].field_type} in the table)")
     parts = []
     if unknown:
-        parts.append(f"columns not in the table: {', '.join(unknown)}")
+        parts.append(f"columns not in the table: {', '.join(unknown)} (to let a commit add "
+                     "them, give the target add_columns=True)")
     if missing:
         parts.append(f"required columns missing: {', '.join(missing)}")
     if mismatched:
@@ -614,9 +672,13 @@ def _schema_problems(schema: pa.Schema, table: Table) -> list[str]:
 
 
 def pa_schema_of(schema: pa.Schema, name: str) -> pa.Schema:
+    return pa_schema_of_all(schema, [name])
+
+
+def pa_schema_of_all(schema: pa.Schema, names: list[str]) -> pa.Schema:
     import pyarrow as pa
 
-    return pa.schema([schema.field(name)])
+    return pa.schema([schema.field(name) for name in names])
 
 
 def _epoch_partition_position(table: Table, spec_id: int) -> int:
@@ -738,7 +800,8 @@ class IcebergSnapshot(Strategy):
             # and the sealed statistics hold, and the transaction's requirements refuse a
             # change from here on.  Otherwise check again, from footers read once.
             usable = sealed is not None \
-                and sealed["table"] == self.target.table_key(table, self.scope)
+                and sealed["table"] == self.target.table_key(table, self.scope) \
+                and not self.scope.add_columns  # new columns: metrics from the footers
             if not usable:
                 footers = footers or self.target.read_footers(uris)
                 self.target.check_staged(uris, manifest.epoch, table, decided=manifest.txn_id,
@@ -819,6 +882,8 @@ class IcebergSnapshot(Strategy):
                 if meta.name_mapping() is None:  # as add_files: files carry no field ids
                     tx.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING:
                                          meta.schema().name_mapping.model_dump_json()})
+                if self.scope.add_columns and footers is not None:
+                    _add_new_columns(tx, footers[0])
                 # A file without rows (Spark writes one for an empty task) has no
                 # statistics to infer its partition from, and adds nothing: not added.
                 new = data_files(tx.table_metadata)
@@ -869,8 +934,9 @@ class IcebergSink(TableSink):
                  storage_options: dict[str, Any] | None = None,
                  config: SinkConfig | None = None,
                  ledger_uri: str | None = None,
-                 replace_where: Any = None, mode: str = "replace") -> None:
-        scope = Scope.of(replace_where, mode)
+                 replace_where: Any = None, mode: str = "replace",
+                 add_columns: bool = False) -> None:
+        scope = Scope.of(replace_where, mode, add_columns)
         if isinstance(target, str):
             target = IcebergTarget.parse(target, catalog_properties)
         super().__init__(target, namespace, storage_options=storage_options, config=config,
@@ -883,11 +949,13 @@ def open_table_sink(target: str, namespace: str, *,
                     storage_options: dict[str, Any] | None = None,
                     config: SinkConfig | None = None,
                     ledger_uri: str | None = None,
-                    replace_where: Any = None, mode: str = "replace") -> IcebergSink:
+                    replace_where: Any = None, mode: str = "replace",
+                    add_columns: bool = False) -> IcebergSink:
     """A sink for a table target URI (``iceberg://<catalog>/<namespace>.<table>``)."""
     scheme = urlparse(target).scheme
     if scheme == "iceberg":
         return IcebergSink(target, namespace, catalog_properties=catalog_properties,
                            storage_options=storage_options, config=config,
-                           ledger_uri=ledger_uri, replace_where=replace_where, mode=mode)
+                           ledger_uri=ledger_uri, replace_where=replace_where, mode=mode,
+                           add_columns=add_columns)
     raise TpcError(f"{target!r} is not a table target (supported: iceberg://)")

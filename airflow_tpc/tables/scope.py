@@ -19,6 +19,10 @@ overwrite-by-filter say it:
     the table's history names each commit's manifest digest, so a roll-forward never
     adds the same files twice; a new attempt of an epoch appends again.
 
+``add_columns=True`` (any scope) lets a commit add the staged files' columns the table
+lacks (nullable, by name: Iceberg's ``union_by_name``) in the same catalog commit;
+without it a column the table lacks is refused, naming it.
+
 The scope a commit applies is the one its **decision record** names (rendered
 once, by the committing process), so a roll-forward by ``recover`` in any later run
 replaces exactly what was decided, whatever that run's own ``replace_where`` says.
@@ -46,29 +50,33 @@ _COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 @dataclass(frozen=True)
 class Scope:
     """What one epoch's commit replaces: ``kind`` ``epoch``, ``where`` or ``append``;
-    ``where`` holds the predicate's text for kind ``where``."""
+    ``where`` holds the predicate's text for kind ``where``; ``add_columns``: the commit
+    may add the staged files' new columns to the table."""
 
     kind: str = "epoch"
     where: str = ""
+    add_columns: bool = False
 
     @classmethod
     def of(cls, replace_where: str | Mapping[str, Any] | None = None,
-           mode: str = "replace") -> Scope:
+           mode: str = "replace", add_columns: bool = False) -> Scope:
         """The scope a user declared (one clear error for anything else)."""
         if mode not in WRITE_MODES:
             raise TpcError(f"unknown write mode {mode!r}: use one of {', '.join(WRITE_MODES)}")
+        if not isinstance(add_columns, bool):
+            raise TpcError(f"add_columns must be True or False, not {add_columns!r}")
         if mode == "append":
             if replace_where is not None:
                 raise TpcError("mode='append' never replaces rows: do not give replace_where")
-            return cls("append")
+            return cls("append", add_columns=add_columns)
         if replace_where is None:
-            return cls()
+            return cls(add_columns=add_columns)
         text = _mapping_predicate(replace_where) if isinstance(replace_where, Mapping) \
             else replace_where
         if not isinstance(text, str) or not text.strip():
             raise TpcError(f"replace_where must be a non-empty predicate or a column mapping, "
                            f"not {replace_where!r} (a template that rendered empty?)")
-        scope = cls("where", text.strip())
+        scope = cls("where", text.strip(), add_columns)
         scope.expression()  # refused now, not at commit
         return scope
 
@@ -77,19 +85,22 @@ class Scope:
         """The scope a decision record names (None: the epoch layout)."""
         if doc is None:
             return cls()
-        kind = doc.get("kind")
+        kind, add = doc.get("kind"), doc.get("add_columns", False) is True
+        if kind == "epoch":
+            return cls(add_columns=add)
         if kind == "append":
-            return cls("append")
+            return cls("append", add_columns=add)
         if kind == "where" and isinstance(doc.get("where"), str) and doc["where"].strip():
-            return cls.of(doc["where"])
+            return cls.of(doc["where"], add_columns=add)
         raise TpcError(f"a commit decision names an unknown scope {doc!r}; it was written by a "
                        "newer airflow-tpc, or edited by hand")
 
     def to_doc(self) -> dict[str, Any] | None:
         """For the decision record (None for the epoch layout: records stay as before)."""
-        if self.kind == "epoch":
+        if self.kind == "epoch" and not self.add_columns:
             return None
-        return {"kind": self.kind, **({"where": self.where} if self.kind == "where" else {})}
+        return {"kind": self.kind, **({"where": self.where} if self.kind == "where" else {}),
+                **({"add_columns": True} if self.add_columns else {})}
 
     def expression(self) -> Any:
         """The predicate as a pyiceberg expression (unbound)."""

@@ -73,7 +73,8 @@ def test_every_task_shares_the_sink_arguments_and_their_template_fields(airflow_
         assert {n: getattr(op.sink_args, n) for n in SINK_ARG_NAMES} == {
             "target": "/data/t", "namespace": "n", "storage_conn_id": "lake",
             "storage_options": {}, "sink_config": None, "catalog_conn_id": None,
-            "ledger_uri": None, "replace_where": None, "write_mode": "replace"}
+            "ledger_uri": None, "replace_where": None, "write_mode": "replace",
+            "add_columns": False}
     # each task's own fields are kept
     assert set(SparkSubmitOperator.template_fields) | {"epoch"} <= set(submit.template_fields)
     assert "submit_task_id" in sensor.template_fields

@@ -217,3 +217,29 @@ def test_a_column_mapping_is_an_equality_predicate():
     assert Scope.from_doc(None) == Scope()
     with pytest.raises(TpcError, match="unknown scope"):
         Scope.from_doc({"kind": "merge"})
+
+
+def test_new_columns_are_refused_unless_add_columns_then_added_in_the_commit(foreign,
+                                                                             scoped):
+    foreign("days", events(19, [1]))
+    wider = events(20, [5, 6]).append_column("country", pa.array(["fr", "de"]))
+    sink = scoped(replace_where=day(20))
+    txn = sink.begin("2026-11-20")
+    write_parquet(sink, txn, "a.parquet", wider)
+    with pytest.raises(TableSchemaError, match="columns not in the table: country"):
+        sink.precommit(txn)
+    before = scoped().table_target.load_table().schema().column_names
+    assert "country" not in before
+    result, txn = commit(scoped(replace_where=day(20), add_columns=True), "2026-11-20",
+                         {"a.parquet": wider})
+    table = scoped().table_target.load_table()
+    assert table.schema().column_names == [*before, "country"]
+    rows = {r["id"]: r["country"] for r in table.scan().to_arrow().to_pylist()}
+    assert rows == {1: None, 5: "fr", 6: "de"}
+    assert ids(table) == [1, 5, 6]
+    decision = scoped().ledger.read("2026-11-20", txn.attempt, DECISION)
+    assert decision.scope == {"kind": "where", "where": day(20), "add_columns": True}
+    with pytest.raises(TpcError, match="add_columns is supported for Iceberg"):
+        from airflow_tpc.tables import DeltaSink
+
+        DeltaSink("delta+file:///nonexistent/d", "events", add_columns=True)
