@@ -513,12 +513,12 @@ def test_empty_staged_files_are_not_added(make_sink):
     assert ids(sink.table_target.load_table()) == []
 
 
-def test_a_plain_sink_on_the_table_location_fails_closed(make_sink):
+def test_a_plain_sink_on_the_table_location_fails_closed(make_sink, sink_options):
     """A job that opens a folder sink on the table's location (not the table URI) looks
     for staging elsewhere: refused, nothing sealed, nothing committed."""
     sink = make_sink()
     txn, _ = stage(sink, "5", {"a.parquet": rows("5", [1])}, precommit=False)
-    plain = Sink(sink.target, "events")
+    plain = Sink(sink.target, "events", storage_options=sink_options.get("storage_options"))
     with pytest.raises(TpcError):
         plain.precommit(txn)
     assert sink.read_manifest(txn) is None
