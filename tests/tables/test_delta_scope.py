@@ -16,6 +16,7 @@ from airflow_tpc.faults import InjectedCrash, armed
 from airflow_tpc.tables import DeltaSink, TableSchemaError
 from tests.duckdb_readers import duckdb_rows
 
+from ..core.helpers import full_tree
 from .conftest import commit_epoch as commit
 from .conftest import write_parquet
 
@@ -75,8 +76,10 @@ def test_staged_rows_of_another_partition_are_refused_and_nothing_changes(table)
     write_parquet(sink, txn, "wrong.parquet", events(21, [8]))
     write_parquet(sink, txn, "mixed.parquet", pa.concat_tables([events(20, [9]),
                                                                 events(21, [10])]))
+    before = full_tree(sink)  # ledger, staging, log and data files, byte for byte
     with pytest.raises(TableSchemaError) as exc:
         sink.precommit(txn)
+    assert full_tree(sink) == before
     assert "wrong.parquet lies in partition" in str(exc.value)
     assert "mixed.parquet holds several values" in str(exc.value)
     assert "ok.parquet" not in str(exc.value)
@@ -88,8 +91,10 @@ def test_a_predicate_over_other_columns_is_refused_with_the_reason(table):
     sink = sink_of(table, replace_where="id >= 10")
     txn = sink.begin("2026-11-20")
     write_parquet(sink, txn, "a.parquet", events(20, [10]))
+    before = full_tree(sink)
     with pytest.raises(TableSchemaError, match="not partition columns of the table"):
         sink.precommit(txn)
+    assert full_tree(sink) == before
 
 
 @pytest.mark.parametrize("step", ["delta.before_table_commit", "delta.after_table_commit",

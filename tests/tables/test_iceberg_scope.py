@@ -20,6 +20,7 @@ from airflow_tpc.tables import IcebergSink, TableSchemaError
 from airflow_tpc.tables.iceberg import PROP_ATTEMPT, PROP_EPOCH
 from airflow_tpc.tables.scope import Scope
 
+from ..core.helpers import full_tree
 from .conftest import TABLE, duckdb_ids, write_parquet
 from .conftest import commit_epoch as commit
 
@@ -102,8 +103,10 @@ def test_staged_rows_outside_the_predicate_are_refused_and_nothing_changes(forei
     write_parquet(sink, txn, "ok.parquet", events(20, [7]))
     write_parquet(sink, txn, "straddles.parquet",
                   pa.concat_tables([events(20, [8]), events(21, [9])]))
+    before = full_tree(sink)  # ledger, staging, table files and metadata, byte for byte
     with pytest.raises(TableSchemaError, match="straddles.parquet") as exc:
         sink.precommit(txn)
+    assert full_tree(sink) == before
     assert "ok.parquet" not in str(exc.value)
     assert sink.describe("2026-11-20")[0].state is TxnState.OPEN
     assert [s.snapshot_id for s in sink.table_target.load_table().snapshots()] \
