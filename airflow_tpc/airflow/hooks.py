@@ -221,6 +221,11 @@ def is_table_target(target: str) -> bool:
     return isinstance(target, str) and target.startswith(TABLE_SCHEMES)
 
 
+#: The one key of an ``iceberg_catalog`` connection's extra that is not a pyiceberg
+#: property: the folder under which each table of the catalog keeps its ledger apart
+#: (``<root>/<namespace>.<table>``), for catalogs in managed table storage.
+LEDGER_ROOT_KEY = "tpc.ledger-root"
+
 #: Catalog property names whose values are secrets (masked in logs as soon as they are read).
 _SECRET_PROPERTY = re.compile(r"(?i)secret|passw|token|credential|private|session|key(?!-id)")
 
@@ -244,6 +249,8 @@ def catalog_properties_from_connection(conn: Connection) -> dict[str, str]:
                          "catalog properties")
     props: dict[str, str] = {}
     for key, value in extra.items():
+        if key == LEDGER_ROOT_KEY:  # airflow-tpc's own field: see ledger_root_from_connection
+            continue
         if isinstance(value, (dict, list)):
             raise ValueError(f"connection {conn.conn_id!r}: catalog property {key!r} must be a "
                              "string, number or boolean (pyiceberg properties are strings)")
@@ -285,6 +292,26 @@ def catalog_properties_from_connection(conn: Connection) -> dict[str, str]:
                 "property names")
     _mask(props)
     return props
+
+
+def ledger_root_from_connection(conn: Connection) -> str | None:
+    """The connection's ``tpc.ledger-root`` (extra), or None.
+
+    Why a connection field: in managed table storage (S3 Tables and other table buckets)
+    *every* table of the catalog needs its ledger apart, so the place for ledgers is a
+    property of the catalog, set once by whoever sets up the connection, rather than an
+    argument every DAG must repeat.  Each table's ledger is ``<root>/<namespace>.<table>``
+    (an identifier is unique in its catalog; the claim there names the table, so two
+    tables can never share one).  An operator's own ``ledger_uri`` wins over it.
+    """
+    extra = conn.extra_dejson if conn.extra else {}
+    root = extra.get(LEDGER_ROOT_KEY) if isinstance(extra, dict) else None
+    if root is None or root == "":
+        return None
+    if not isinstance(root, str) or "://" not in root and not root.startswith("/"):
+        raise ValueError(f"connection {conn.conn_id!r}: {LEDGER_ROOT_KEY} must be a folder URI "
+                         f"(s3://bucket/prefix, file:///path or /path), not {root!r}")
+    return root.rstrip("/")
 
 
 def _mask(props: dict[str, str]) -> None:
@@ -335,10 +362,17 @@ class IcebergCatalogHook(BaseHook):
         """The catalog properties (with secrets: never log or return them to a task)."""
         return self.catalog_properties()
 
-    def catalog_properties(self) -> dict[str, str]:
+    def _conn(self) -> Connection:
         if self._connection is None:
             self._connection = self.get_connection(self.catalog_conn_id)
-        return catalog_properties_from_connection(self._connection)
+        return self._connection
+
+    def catalog_properties(self) -> dict[str, str]:
+        return catalog_properties_from_connection(self._conn())
+
+    def ledger_root(self) -> str | None:
+        """Where this catalog's tables keep their ledgers apart (``tpc.ledger-root``)."""
+        return ledger_root_from_connection(self._conn())
 
     def test_connection(self) -> tuple[bool, str]:
         """Open the catalog and list its namespaces (the UI's *Test* button)."""
@@ -547,13 +581,32 @@ class TpcHook(BaseHook):
         ``replace_where``, no append): what the job is told to write."""
         return self.replace_where is None and self.write_mode == "replace"
 
-    def catalog_properties(self) -> dict[str, str] | None:
-        """The catalog connection's properties (secrets included: never log or return them
-        to a task); None without ``catalog_conn_id`` (pyiceberg's own configuration)."""
+    def _catalog_hook(self) -> IcebergCatalogHook | None:
         if not self.catalog_conn_id and self._catalog_connection is None:
             return None
         return IcebergCatalogHook(self.catalog_conn_id or IcebergCatalogHook.default_conn_name,
-                                  connection=self._catalog_connection).catalog_properties()
+                                  connection=self._catalog_connection)
+
+    def catalog_properties(self) -> dict[str, str] | None:
+        """The catalog connection's properties (secrets included: never log or return them
+        to a task); None without ``catalog_conn_id`` (pyiceberg's own configuration)."""
+        hook = self._catalog_hook()
+        return None if hook is None else hook.catalog_properties()
+
+    def resolved_ledger_uri(self) -> str | None:
+        """Where the table's ledger lives apart from it: ``ledger_uri`` as given, else the
+        catalog connection's ``tpc.ledger-root`` plus ``/<namespace>.<table>``; None: in
+        the table's location.  What the submit task records in its XCom, so the sensor,
+        abort and the run page find the same ledger."""
+        if self.ledger_uri or not str(self.target).startswith("iceberg://"):
+            return self.ledger_uri or None
+        hook = self._catalog_hook()
+        root = None if hook is None else hook.ledger_root()
+        if root is None:
+            return None
+        from airflow_tpc.tables.iceberg import IcebergTarget
+
+        return f"{root}/{IcebergTarget.parse(str(self.target)).identifier}"
 
     def get_sink(self) -> Sink:
         """The core sink of the target: a folder's :class:`Sink`, or a table's (through
@@ -573,7 +626,7 @@ class TpcHook(BaseHook):
                                    config=self.config,
                                    catalog_properties=self.catalog_properties()
                                    if self.is_table else None,
-                                   ledger_uri=self.ledger_uri or None,
+                                   ledger_uri=self.resolved_ledger_uri(),
                                    replace_where=self.replace_where,
                                    mode=self.write_mode or "replace",
                                    add_columns=bool(self.add_columns))

@@ -323,7 +323,7 @@ class StagedSparkSubmitOperator(TpcBaseOperator, SparkSubmitOperator):
                "storage_options": hook.public_options}
         if hook.is_table:  # the table URI and the catalog connection's *name*, never its
             doc.update(table=self.target, catalog_conn_id=self.catalog_conn_id,  # properties
-                       ledger_uri=self.ledger_uri)
+                       ledger_uri=hook.resolved_ledger_uri())
         context["ti"].xcom_push(key=TXN_XCOM_KEY, value=doc)
         TransactionLink.persist(context, txn)
         files = self.files

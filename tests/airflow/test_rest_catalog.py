@@ -21,7 +21,7 @@ from pyiceberg.transforms import DayTransform
 
 from tests import seaweed as sw
 
-from .helpers import asset_events, day, states
+from .helpers import asset_events, day, states, xcom_value
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -39,8 +39,9 @@ def _ids(table) -> list[int]:
     return sorted(table.scan().to_arrow()["id"].to_pylist())
 
 
-def test_each_run_replaces_its_day_of_an_existing_table_behind_a_rest_catalog(dagbag,
-                                                                              seaweed):
+def _existing_table(seaweed, ledger_root: str | None = None):
+    """A ``days(ts)`` table that already holds two days, in a fresh table bucket, and
+    the connections a platform team would define (the secrets never reach the DAG)."""
     warehouse = seaweed.new_warehouse()
     props = seaweed.catalog_properties(warehouse)
     catalog = load_catalog("owner", **props)
@@ -51,15 +52,37 @@ def test_each_run_replaces_its_day_of_an_existing_table_behind_a_rest_catalog(da
     table = catalog.load_table("analytics.events")
     table.append(_rows(19, [1, 2]))
     table.append(_rows(20, [3, 4]))
-    # The connections a platform team would define (the secrets never reach the DAG).
+    extra = {k: v for k, v in props.items() if k not in ("uri", "warehouse", "credential")}
+    if ledger_root:
+        extra["tpc.ledger-root"] = ledger_root
     os.environ["AIRFLOW_CONN_TPC_IT_REST_CATALOG"] = json.dumps({
         "conn_type": "iceberg_catalog", "host": seaweed.catalog_uri, "schema": warehouse,
-        "login": sw.KEY, "password": sw.SECRET,
-        "extra": {k: v for k, v in props.items()
-                  if k not in ("uri", "warehouse", "credential")}})
+        "login": sw.KEY, "password": sw.SECRET, "extra": extra})
     os.environ["AIRFLOW_CONN_TPC_IT_REST_S3"] = json.dumps({
         "conn_type": "generic", "login": sw.KEY, "password": sw.SECRET,
         "extra": {"endpoint_url": seaweed.s3_endpoint, "region_name": "us-east-1"}})
+    return warehouse, catalog
+
+
+def _table_bucket_keys(seaweed, warehouse: str, table) -> list[str]:
+    """Every key of the table bucket, checked to be the table's data or metadata."""
+    bucket = warehouse[len("s3://"):].strip("/")
+    keys = [o["Key"] for page in seaweed.client().get_paginator("list_objects_v2")
+            .paginate(Bucket=bucket) for o in page.get("Contents", [])]
+    location = table.location()[len(f"s3://{bucket}/"):].rstrip("/")
+    assert keys and all(k.startswith(f"{location}/data/") and k.endswith(".parquet")
+                        or k.startswith(f"{location}/metadata/") for k in keys), keys
+    return keys
+
+
+def _ledger_keys(seaweed, ledger: str) -> list[str]:
+    return [o["Key"] for o in seaweed.client().list_objects_v2(
+        Bucket=sw.LAKE, Prefix=ledger[len(f"s3://{sw.LAKE}/"):] + "/").get("Contents", [])]
+
+
+def test_each_run_replaces_its_day_of_an_existing_table_behind_a_rest_catalog(dagbag,
+                                                                              seaweed):
+    warehouse, catalog = _existing_table(seaweed)
     ledger = seaweed.new_prefix()
     dag = dagbag.get_dag("tpc_it_rest")
 
@@ -78,12 +101,26 @@ def test_each_run_replaces_its_day_of_an_existing_table_behind_a_rest_catalog(da
     assert event["epoch"] == "2026-11-21"
     assert event["snapshot_id"] == str(table.current_snapshot().snapshot_id)
     # Nothing of airflow-tpc's but data files in the table bucket; its ledger is apart.
-    bucket = warehouse[len("s3://"):].strip("/")
-    keys = [o["Key"] for page in seaweed.client().get_paginator("list_objects_v2")
-            .paginate(Bucket=bucket) for o in page.get("Contents", [])]
-    location = table.location()[len(f"s3://{bucket}/"):].rstrip("/")
-    assert keys and all(k.startswith(f"{location}/data/") and k.endswith(".parquet")
-                        or k.startswith(f"{location}/metadata/") for k in keys), keys
-    ledger_keys = [o["Key"] for o in seaweed.client().list_objects_v2(
-        Bucket=sw.LAKE, Prefix=ledger[len(f"s3://{sw.LAKE}/"):]).get("Contents", [])]
-    assert any(k.endswith("epoch=2026-11-21/_tpc_published.json") for k in ledger_keys)
+    _table_bucket_keys(seaweed, warehouse, table)
+    assert any(k.endswith("epoch=2026-11-21/_tpc_published.json")
+               for k in _ledger_keys(seaweed, ledger))
+
+
+def test_the_catalog_connection_names_where_ledgers_live(dagbag, seaweed):
+    """No ``ledger_uri`` in the DAG: the ``iceberg_catalog`` connection's
+    ``tpc.ledger-root`` gives every table of the catalog its ledger apart, at
+    ``<root>/<namespace>.<table>``; the submit task's XCom names it, so the sensor,
+    commit and abort tasks find the same ledger."""
+    root = seaweed.new_prefix()
+    warehouse, catalog = _existing_table(seaweed, ledger_root=root)
+    dag = dagbag.get_dag("tpc_it_rest")
+    dr = dag.test(logical_date=day("2026-11-22"), run_conf={"ids": [5, 6]})
+    assert states(dr)["committed"] == "success", states(dr)
+    table = catalog.load_table("analytics.events")
+    assert _ids(table) == [1, 2, 3, 4, 5, 6]
+    ledger = f"{root}/analytics.events"
+    assert xcom_value("tpc_it_rest", dr.run_id, "submit", "tpc_txn")["ledger_uri"] == ledger
+    _table_bucket_keys(seaweed, warehouse, table)
+    keys = _ledger_keys(seaweed, ledger)
+    assert any(k.endswith("epoch=2026-11-22/_tpc_published.json") for k in keys), keys
+    assert any(k.endswith("_tpc/sink.json") for k in keys), keys

@@ -5,8 +5,9 @@ no S3 client).
 
 Everything about the services comes from connections (set by the test, as a platform
 team would: ``tpc_it_rest_catalog``, an ``iceberg_catalog`` one with the REST URI and
-client credential; ``tpc_it_rest_s3``, the store's keys and endpoint) and the run's
-conf (``ledger``: the ledger folder; ``ids``: the rows the job writes).
+client credential, and maybe ``tpc.ledger-root``; ``tpc_it_rest_s3``, the store's keys
+and endpoint) and the run's conf (``ledger``: the ledger folder, else the catalog
+connection's ledger root decides; ``ids``: the rows the job writes).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ REPLACE_WHERE = ("ts >= '{{ ds }}T00:00:00' AND "
                  "ts < '{{ macros.ds_add(ds, 1) }}T00:00:00'")
 SINK = {"target": TARGET, "namespace": NAMESPACE, "storage_conn_id": "tpc_it_rest_s3",
         "catalog_conn_id": "tpc_it_rest_catalog",
-        "ledger_uri": "{{ dag_run.conf['ledger'] }}", "replace_where": REPLACE_WHERE}
+        "ledger_uri": "{{ dag_run.conf.get('ledger') or '' }}", "replace_where": REPLACE_WHERE}
 
 with DAG("tpc_it_rest", schedule=None, start_date=dt.datetime(2026, 1, 1), catchup=False,
          tags=["tpc-test"]):
@@ -48,7 +49,7 @@ with DAG("tpc_it_rest", schedule=None, start_date=dt.datetime(2026, 1, 1), catch
             **txn.to_dict(), "storage_conn_id": SINK["storage_conn_id"],
             "storage_options": hook.public_options, "table": TARGET,
             "catalog_conn_id": SINK["catalog_conn_id"],
-            "ledger_uri": templates_dict["ledger_uri"]})
+            "ledger_uri": hook.resolved_ledger_uri()})
         day = dt.datetime.fromisoformat(context["ds"])
         ids = list(context["dag_run"].conf["ids"])
         rows = pa.table({"id": pa.array(ids, pa.int64()),
