@@ -3,16 +3,20 @@
 The real api-server, scheduler (LocalExecutor), dag-processor and triggerer on a SQLite
 metadata DB, in a temporary AIRFLOW_HOME on free ports (not the session's own home from
 conftest.py).  A backfill of three daily epochs with at most two runs at a time must
-commit every epoch exactly once, two runs must really have run at once, and ``stop`` must
-leave no process behind.  The DAG is tests/airflow/dags/tpc_it_scheduler.py: the example
-DAG's shape without its Spark job, so the test fits its budget on a busy 2-core machine.
+commit every epoch exactly once — into a folder, a Delta table and an Iceberg table — two
+runs must really have run at once, every task process must exit 0 (none ends in a native
+library's teardown), and ``stop`` must leave no process behind.  The DAG is
+tests/airflow/dags/tpc_it_scheduler.py: the example DAG's shape without its Spark job, so
+the test fits its budget on a busy 2-core machine.
 
 Unloaded this takes about 2.5 minutes; the deadlines below only bound a hang.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -81,6 +85,12 @@ def test_backfill_through_real_services(tmp_path):
     dags.mkdir()
     shutil.copy(HERE / "dags" / f"{DAG_ID}.py", dags)
     env = _env(home, dags, target)
+    (tmp_path / "iceberg" / "warehouse").mkdir(parents=True)
+    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/iceberg/catalog.db",
+               "warehouse": f"file://{tmp_path}/iceberg/warehouse"}
+    env["AIRFLOW_CONN_TPC_IT_SCHEDULER_CATALOG"] = json.dumps({
+        "conn_type": "iceberg_catalog", "host": catalog["uri"],
+        "schema": catalog["warehouse"], "extra": {"type": "sql"}})
     try:
         started = _run(env, "start", timeout=START_S + 60)
         assert started.returncode == 0, started.stdout + started.stderr
@@ -112,3 +122,38 @@ def test_backfill_through_real_services(tmp_path):
     spans = [(datetime.fromisoformat(s), datetime.fromisoformat(e)) for s, e, _, _ in rows]
     overlap = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
     assert overlap == 2, spans
+
+    # The tables beside the folder: each epoch one committed, published attempt, its
+    # rows once, read back through delta-rs and pyiceberg.
+    from airflow_tpc.tables import open_sink
+
+    for table, props in ((f"delta+file://{target}_delta", None),
+                         ("iceberg://sched/tpc.events", catalog)):
+        sink = open_sink(table, DAG_ID, catalog_properties=props)
+        infos = sink.describe()
+        assert sorted((i.epoch, i.state) for i in infos) == [
+            (e, TxnState.COMMITTED) for e in EPOCHS], table
+        assert all(i.published and not i.superseded for i in infos), infos
+        rows = sink.table_target.pyarrow_dataset().to_table() if "delta" in table else \
+            sink.table_target.load_table().scan().to_arrow()
+        assert sorted(rows["epoch"].to_pylist()) == sorted(EPOCHS * 3), table
+
+    # Every task process exited 0 — the LocalExecutor's supervisor logs each one's exit
+    # code — and none ended in a native library's teardown ("terminate called ..."):
+    # 3 runs x 3 targets x (submit, sensor, commit).  A task process is a fork that
+    # leaves through os._exit (Airflow's supervisor), so no C++ static destructor and no
+    # interpreter teardown runs there; this holds it to that.
+    with sqlite3.connect(home / "airflow.db") as db:
+        ran = {r[0].replace("-", ""): r[1] for r in db.execute(
+            "SELECT id, task_id FROM task_instance WHERE dag_id = ? AND state = 'success'",
+            (DAG_ID,))}
+    assert sorted(set(ran.values())) == sorted(
+        [f"{verb}{suffix}" for verb in ("submit", "commit")
+         for suffix in ("", "_delta", "_iceberg")]
+        + ["wait_delta", "wait_iceberg", "wait_precommit"])
+    finished = re.findall(r"Workload finished .* exit_code=(-?\d+) .*workload_id=([0-9a-f-]+)",
+                          (home / "logs" / "services" / "scheduler.log").read_text())
+    exits = {wid.replace("-", ""): int(code) for code, wid in finished}
+    assert len(ran) == 27 and {k: exits.get(k) for k in ran} == dict.fromkeys(ran, 0)
+    for log in (home / "logs").rglob("*.log"):
+        assert "terminate called" not in log.read_text(errors="replace"), log
