@@ -76,7 +76,8 @@ from .base import (
     read_sealed_stats,
     schema_error,
 )
-from .delta_scope import DeltaScope, partition_text
+from .delta_rewrite import scope_actions
+from .delta_scope import DeltaScope
 from .scope import Scope
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -436,7 +437,15 @@ class DeltaTarget:
 
         meta = self._call("read the metadata of", table.metadata)
         schema = pa.schema(self._call("read the schema of", table.schema).to_arrow())
-        return DeltaScope(scope, schema, list(meta.partition_columns))
+        bound = DeltaScope(scope, schema, list(meta.partition_columns))
+        mapping = (meta.configuration or {}).get("delta.columnMapping.mode", "none")
+        if bound.data_columns and mapping != "none":
+            bound.problems.append(
+                f"replace_where {scope.where!r} names data columns "
+                f"({', '.join(bound.data_columns)}) of a table with column mapping "
+                f"({mapping!r}): its files name columns physically, and airflow-tpc reads "
+                "them by name; use a predicate over partition columns")
+        return bound
 
     def partitions(self, footers: dict[str, Any], uris: list[str], bound: DeltaScope
                    ) -> tuple[dict[str, dict[str, str | None]], list[str]]:
@@ -747,9 +756,10 @@ class DeltaCommit(Strategy):
                               partition_by=[EPOCH_COLUMN], commit_properties=props)
         else:
             bound = self.target.scope_for(table, self.scope)
-            removes = self._scope_removes(table, bound, now)
+            removes, rewritten = scope_actions(self.target, table, bound, now,
+                                               manifest.txn_id)
             self.target._call("commit to", table.create_write_transaction,
-                              [*removes, *adds], "append", table.schema(),
+                              [*removes, *rewritten, *adds], "append", table.schema(),
                               partition_by=bound.partition_columns or None,
                               commit_properties=props)
         log.info("Delta %s: epoch %s is attempt %d (%d files)", self.target.uri,
@@ -774,25 +784,6 @@ class DeltaCommit(Strategy):
         if problems or more:
             raise StorageError("; ".join([*problems, *more][:5]))
         return {u: out.get(u, {}) for u in uris}
-
-    def _scope_removes(self, table: DeltaTable, bound: DeltaScope, now: int) -> list[Any]:
-        """``remove`` actions for the files whose partition the predicate selects."""
-        import pyarrow as pa
-        from deltalake.transaction import RemoveAction
-
-        if self.scope.kind != "where":
-            return []
-        actions = pa.table(self.target._call("list the files of", table.get_add_actions,
-                                             flatten=True))
-        cols = {c: f"partition.{c}" for c in bound.partition_columns}
-        out = []
-        for row in actions.select(["path", "size_bytes", *cols.values()]).to_pylist():
-            values = {c: row[k] for c, k in cols.items()}
-            if bound.selects(values):
-                out.append(RemoveAction(row["path"], True, now, row["size_bytes"],
-                                        {c: None if v is None else partition_text(v)
-                                         for c, v in values.items()}))
-        return out
 
     def _epoch_removes(self, table: DeltaTable, epoch: str, now: int) -> list[Any]:
         """``remove`` actions for the data files of partition ``epoch`` now in the table."""

@@ -1,13 +1,16 @@
-"""An epoch of an existing Delta table partitioned its own way (``replace_where`` over
-its partition columns, or an append): which files a commit removes, and the partition
-each staged file is added to.
+"""An epoch of an existing Delta table partitioned its own way (``replace_where``, or
+an append): which files a commit removes or rewrites, and the partition each staged
+file is added to.
 
 Delta names a data file's partition in the log (``partitionValues``), one value per
-partition column, so a predicate over partition columns selects whole files exactly:
-a commit removes the files whose partition satisfies it and adds the staged files,
-each of whose partition must satisfy it — Delta's ``replaceWhere`` on partition
-columns, in one Delta commit.  A predicate over other columns would need files
-rewritten (a file can hold rows inside and outside it): refused, with that reason.
+partition column, so a predicate over partition columns selects whole files exactly.
+A predicate over data columns (``ts >= '…' AND ts < '…'``) is Delta's ``replaceWhere``
+on data columns: each file of the table is classified by what is known of it —
+its partition values and the log's statistics, then (if those cannot tell) its own
+Parquet footer, then its rows — as wholly inside the predicate (removed), wholly
+outside (kept) or mixed (rewritten without the predicate's rows:
+:mod:`.delta_rewrite`).  Every staged row must lie inside the predicate, proven from
+the staged file's footer statistics.  All of it is one Delta commit.
 
 A staged file's partition values come from its own column (every row the same value,
 from the footer's statistics) or, for a column the file does not hold (Spark's
@@ -41,10 +44,16 @@ class DeltaScope:
 
     def __post_init__(self) -> None:
         from pyiceberg.catalog import Catalog
+        from pyiceberg.schema import assign_fresh_schema_ids
 
-        self._ice = Catalog._convert_schema_if_needed(self.schema)
+        # Fresh field ids: a schema converted without ids gives every field id -1, and
+        # binding would then resolve every column to the same field.
+        self._ice = assign_fresh_schema_ids(Catalog._convert_schema_if_needed(self.schema))
         self._bound = None
+        self._outside = None
         self._equal: dict[str, Any] = {}
+        #: The predicate's columns that are not partition columns (read from files).
+        self.data_columns: list[str] = []
         for name in self.partition_columns:
             typ = str(self.schema.field(name).type)
             if typ not in _TEXT_TYPES:
@@ -53,39 +62,98 @@ class DeltaScope:
                                      "and dates only")
         if self.scope.kind != "where":
             return
-        from pyiceberg.expressions.visitors import bind
+        from pyiceberg.expressions import Not
+        from pyiceberg.expressions.visitors import bind, rewrite_not
 
         expr = self.scope.expression()
-        named = _columns(expr)
-        others = sorted(named - set(self.partition_columns))
-        if others:
-            self.problems.append(
-                f"replace_where {self.scope.where!r} names {', '.join(others)}, which "
-                f"{'is' if len(others) == 1 else 'are'} not partition columns of the table "
-                f"(partitioned by {self.partition_columns or 'nothing'}): in a Delta table "
-                "airflow-tpc replaces whole files, which only a predicate over partition "
-                "columns selects exactly")
-            return
+        self.data_columns = sorted(_columns(expr) - set(self.partition_columns))
         try:
             self._bound = bind(self._ice, expr, case_sensitive=True)
-        except Exception as exc:  # a column of another type than the literal
+            self._outside = bind(self._ice, rewrite_not(Not(expr)), case_sensitive=True)
+        except Exception as exc:  # a column the table lacks, a literal of another type
+            self._bound = None
             self.problems.append(f"replace_where {self.scope.where!r} does not fit the "
                                  f"table's schema: {exc}")
             return
         self._equal = _equalities(expr)
 
-    def selects(self, values: dict[str, Any]) -> bool:
-        """Whether a file of this partition (``{column: value}``, typed or strings) lies
-        inside the predicate (always False for an append)."""
-        if self._bound is None:
-            return False
-        stats: dict[str, Any] = {"rows": 1, "lower": {}, "upper": {}, "nulls": {}}
+    # -- what is known of a file: its partition values and column bounds -----------
+    def evidence(self, rows: int, values: dict[str, Any],
+                 bounds: dict[str, tuple[Any, Any, int | None]] | None = None
+                 ) -> dict[str, Any]:
+        """Statistics :func:`proves` reads: each partition column's one value, and each
+        data column's ``(lower, upper, nulls)`` (None where unknown), as the predicate's
+        internal values (a value that will not convert counts as unknown)."""
+        stats: dict[str, Any] = {"rows": rows, "lower": {}, "upper": {}, "nulls": {}}
         for name in self.partition_columns:
             fid = self._ice.find_field(name).field_id
             internal = self._internal(name, values.get(name))
             stats["lower"][fid] = stats["upper"][fid] = internal
-            stats["nulls"][fid] = 1 if internal is None else 0
-        return proves(self._bound, stats)
+            stats["nulls"][fid] = rows if internal is None else 0
+        for name, (lo, hi, nulls) in (bounds or {}).items():
+            fid = self._ice.find_field(name).field_id
+            stats["lower"][fid] = self._internal(name, lo)
+            stats["upper"][fid] = self._internal(name, hi)
+            stats["nulls"][fid] = nulls
+        return stats
+
+    def selects(self, values: dict[str, Any]) -> bool:
+        """Whether a file of this partition (``{column: value}``, typed or strings) lies
+        inside a predicate over partition columns (False for an append)."""
+        return self._bound is not None and not self.data_columns \
+            and proves(self._bound, self.evidence(1, values))
+
+    def classify(self, rows: int, values: dict[str, Any],
+                 bounds: dict[str, tuple[Any, Any, int | None]] | None = None) -> str:
+        """``"inside"`` (every row satisfies the predicate: remove the file),
+        ``"outside"`` (no row does: keep it) or ``"unknown"`` (what is known cannot tell)."""
+        if self._bound is None or self._outside is None:
+            return "outside"
+        stats = self.evidence(rows, values, bounds)
+        if proves(self._bound, stats):
+            return "inside"
+        if proves(self._outside, stats):
+            return "outside"
+        return "unknown"
+
+    def footer_bounds(self, md: Any) -> dict[str, tuple[Any, Any, int | None]]:
+        """The data columns' bounds over a Parquet footer's row groups (unknown where a
+        row group keeps no statistics)."""
+        out: dict[str, tuple[Any, Any, int | None]] = {}
+        names = md.schema.to_arrow_schema().names
+        for name in self.data_columns:
+            if name not in names:
+                out[name] = (None, None, md.num_rows)  # a column the file lacks: all null
+                continue
+            lo = hi = None
+            nulls: int | None = 0
+            for rows, stats in column_statistics(md, name):
+                if stats is None or nulls is None:
+                    lo = hi = nulls = None
+                    break
+                nulls += stats.null_count
+                if stats.null_count == rows:
+                    continue
+                if not stats.has_min_max:
+                    lo = hi = nulls = None
+                    break
+                lo = stats.min if lo is None else min(lo, stats.min)
+                hi = stats.max if hi is None else max(hi, stats.max)
+            out[name] = (lo, hi, nulls)
+        return out
+
+    def keep_filter(self) -> Any:
+        """The rows a rewrite keeps, as a pyarrow expression: those for which the
+        predicate is not true (false or null — SQL's ``DELETE WHERE`` keeps a row whose
+        predicate is null)."""
+        from pyiceberg.io.pyarrow import expression_to_pyarrow
+
+        assert self._bound is not None
+        selected = expression_to_pyarrow(self._bound)
+        return ~selected | selected.is_null()
+
+    def partition_type(self, name: str) -> Any:
+        return self.schema.field(name).type
 
     def partition_of(self, uri: str, md: Any, file_schema: Any
                      ) -> tuple[dict[str, str | None] | None, str | None]:
@@ -105,18 +173,26 @@ class DeltaScope:
                 return None, (f"{uri} has no column {name!r} (a partition column of the "
                               "table) and replace_where does not fix it with an equality: "
                               "write the column, or name its value in replace_where")
-        if self.scope.kind == "where" and not self.selects(values):
-            return None, (f"{uri} lies in partition {values}, outside replace_where "
-                          f"{self.scope.where!r}")
+        if self.scope.kind == "where" and self._bound is not None and not proves(
+                self._bound, self.evidence(md.num_rows, values, self.footer_bounds(md))):
+            where = f"partition {values}" if not self.data_columns else \
+                f"partition {values}, or its statistics of {', '.join(self.data_columns)},"
+            return None, (f"{uri} lies in {where} outside replace_where "
+                          f"{self.scope.where!r} (it holds rows of another epoch, or "
+                          "keeps no bounds to prove otherwise)")
         return values, None
 
     def _internal(self, name: str, value: Any) -> Any:
+        """A value as the predicate compares it (None: null or not convertible)."""
         from pyiceberg.expressions.literals import literal
 
         if value is None:
             return None
         field_type = self._ice.find_field(name).field_type
-        return literal(partition_text(value)).to(field_type).value
+        try:
+            return literal(partition_text(value)).to(field_type).value
+        except Exception:  # a type the predicate's literals do not convert to: unknown
+            return None
 
 
 def partition_text(value: Any) -> str:

@@ -10,9 +10,9 @@ overwrite-by-filter say it:
     string ``epoch`` column holding the epoch's name; a commit replaces the partition.
 ``where`` (``replace_where="event_date = '2026-11-20'"``, or a mapping
 ``{"event_date": "2026-11-20"}``)
-    A commit replaces exactly the rows the predicate selects (Iceberg: rows of a file
-    that lie outside it are kept, the file rewritten; Delta: the predicate names
-    partition columns only, so it selects whole files); every staged row must satisfy
+    A commit replaces exactly the rows the predicate selects (rows of a file that lie
+    outside it are kept, the file rewritten: Iceberg's overwrite by filter, Delta's
+    ``replaceWhere``, :mod:`.delta_rewrite`); every staged row must satisfy
     the predicate, proven from the staged files' footer statistics at pre-commit.
 ``append`` (``mode="append"``)
     A commit adds the staged files and removes nothing.  Idempotent by transaction:

@@ -66,3 +66,36 @@ def test_s3_commit_rerun_crash_after_the_table_commit_and_gc(s3_sink, s3_options
     assert sink.committed_files(["5"]) == {"5": [
         f"s3://{sink.layout.staging('5', 2)}/part-0.parquet"]}
     assert s3_options["secret"] not in caplog.text
+
+
+def test_s3_replace_where_over_a_data_column_rewrites_a_mixed_file(s3_options, s3_bucket):
+    """The rewrite of a file holding rows inside and outside the predicate reads and
+    writes through pyarrow's S3 client, beside the old file, in the one commit."""
+    import datetime as dt
+
+    import pyarrow as pa
+
+    def batch(pairs: list[tuple[int, int]]) -> pa.Table:
+        return pa.table({"id": pa.array([i for i, _ in pairs], pa.int64()),
+                         "ts": pa.array([dt.datetime(2026, 11, d, 12) for _, d in pairs],
+                                        pa.timestamp("us"))})
+
+    def sink_of(**kwargs) -> DeltaSink:
+        return open_sink(f"delta+s3://{s3_bucket}/tables/ts_events", "ts",
+                         storage_options=s3_options, **kwargs)
+
+    def stage_and_commit(sink: DeltaSink, epoch: str, data: pa.Table) -> None:
+        txn = sink.begin(epoch)
+        fs, _ = sink.table_target.arrow_filesystem()
+        with fs.open_output_stream(f"{sink.layout.staging(epoch, txn.attempt)}/a.parquet") as out:
+            pq.write_table(data, out)
+        assert sink.commit(txn, expected_digest=sink.precommit(txn).digest).outcome \
+            == "committed"
+
+    stage_and_commit(sink_of(mode="append"), "load", batch([(1, 20), (2, 21), (3, 19)]))
+    where = "ts >= '2026-11-20T00:00:00' AND ts < '2026-11-21T00:00:00'"
+    stage_and_commit(sink_of(replace_where=where), "2026-11-20", batch([(10, 20)]))
+    sink = sink_of()
+    assert _ids(sink) == [2, 3, 10]
+    paths = [f for f in sink.table_target.pyarrow_dataset().files]
+    assert sum("part-tpc-rewrite-" in p for p in paths) == 1, paths

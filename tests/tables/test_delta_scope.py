@@ -1,5 +1,6 @@
 """Existing Delta tables of their own partitioning: ``replace_where`` over partition
-columns (Delta's replaceWhere, whole files) and ``mode="append"``.  Real delta-rs, a
+columns (Delta's replaceWhere, whole files) and ``mode="append"`` (over data columns:
+test_delta_data_columns.py).  Real delta-rs, a
 table made by a "foreign" writer (``write_deltalake``, partitioned by ``day``), every
 state read by delta-rs and by DuckDB's own ``delta_scan``."""
 
@@ -87,12 +88,14 @@ def test_staged_rows_of_another_partition_are_refused_and_nothing_changes(table)
     assert sink.describe("2026-11-20")[0].state is TxnState.OPEN
 
 
-def test_a_predicate_over_other_columns_is_refused_with_the_reason(table):
-    sink = sink_of(table, replace_where="id >= 10")
+def test_a_predicate_over_a_column_the_table_lacks_is_refused(table):
+    sink = sink_of(table, replace_where="event_day = '2026-11-20'")
     txn = sink.begin("2026-11-20")
     write_parquet(sink, txn, "a.parquet", events(20, [10]))
     before = full_tree(sink)
-    with pytest.raises(TableSchemaError, match="not partition columns of the table"):
+    with pytest.raises(TableSchemaError, match="replace_where \"event_day = '2026-11-20'\" "
+                       "does not fit the table's schema: Could not find field with name "
+                       "event_day"):
         sink.precommit(txn)
     assert full_tree(sink) == before
 
