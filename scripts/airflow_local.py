@@ -1,13 +1,17 @@
 #!/usr/bin/env python
 """Real Airflow services on the embedded defaults, and a backfill through them.
 
-    scripts/airflow-local.sh start | stop | status | logs [SERVICE]
+    scripts/airflow-local.sh start [--postgres] [--celery] | stop | status | logs [SERVICE]
     scripts/airflow-local.sh backfill DAG_ID FROM TO [--max-active-runs N] [--conf JSON]
 
 ``start`` migrates a SQLite metadata DB and starts api-server (127.0.0.1), scheduler
 (LocalExecutor), dag-processor and triggerer in the background, each in its own session
 (process group) with a log and a pid file, then waits until /api/v2/monitor/health says
-every one is healthy.  ``backfill`` creates the backfill through the REST API (POST
+every one is healthy.  ``--postgres``: the metadata DB is a throw-away PostgreSQL cluster
+instead (scripts/local_backends.py).  ``--celery`` (implies ``--postgres``): the
+CeleryExecutor with a Redis broker and two Celery workers (``worker-1``, ``worker-2``,
+each its own process tree and log, two task slots each) — the orchestration side of
+outgrowing one process.  ``backfill`` creates the backfill through the REST API (POST
 /api/v2/backfills): the API server is the one writer, so it does not race the scheduler
 for SQLite's lock as ``airflow backfill create`` from another process does.  It unpauses
 the DAG first (new DAGs start paused and their runs would sit queued), waits for the runs
@@ -43,8 +47,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from local_backends import BackendError, Postgres, Redis
+
 REPO = Path(__file__).resolve().parent.parent
 SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
+WORKERS = ("worker-1", "worker-2")
 # The health document's key for each service (the API server answers it, so it has none).
 HEALTH_KEYS = {"scheduler": "scheduler", "dag-processor": "dag_processor",
                "triggerer": "triggerer"}
@@ -78,7 +85,8 @@ def _tail(path: Path, lines: int = 30) -> str:
 
 
 def _service_env(home: Path, port: int, worker_log_port: int, trigger_log_port: int,
-                 jwt_secret: str) -> dict[str, str]:
+                 jwt_secret: str, db_url: str | None = None,
+                 broker_url: str | None = None) -> dict[str, str]:
     """The settings every service (and the CLI) runs with: embedded defaults, slow-machine
     timeouts.  The JWT secret is shared so the scheduler's task tokens verify at the API."""
     venv_bin = str(Path(sys.executable).parent)
@@ -86,10 +94,10 @@ def _service_env(home: Path, port: int, worker_log_port: int, trigger_log_port: 
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": os.environ.get("AIRFLOW_LOCAL_DAGS", str(REPO / "dags")),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor" if broker_url else "LocalExecutor",
         # Writers wait up to 60 s for SQLite's lock instead of Python's default 5 s.
         # AIRFLOW_LOCAL_DB_URL: another metadata DB, e.g. postgresql+psycopg2://... .
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": os.environ.get("AIRFLOW_LOCAL_DB_URL")
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db_url or os.environ.get("AIRFLOW_LOCAL_DB_URL")
         or f"sqlite:///{home}/airflow.db?timeout=60",
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
         "AIRFLOW__API__HOST": "127.0.0.1",
@@ -126,6 +134,15 @@ def _service_env(home: Path, port: int, worker_log_port: int, trigger_log_port: 
         "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "300",
         "AIRFLOW__EXECUTION_API__JWT_EXPIRATION_TIME": "3600",
     }
+    if broker_url:
+        env.update({
+            "AIRFLOW__CELERY__BROKER_URL": broker_url,
+            "AIRFLOW__CELERY__RESULT_BACKEND": "db+" + env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"],
+            "AIRFLOW__CELERY__WORKER_CONCURRENCY": "2",
+        })
+    # A caller's own timeout wins (e.g. a test's short heartbeat timeout).
+    env.update({k: v for k, v in os.environ.items() if k in env and k.startswith(
+        ("AIRFLOW__WORKERS__", "AIRFLOW__SCHEDULER__", "AIRFLOW__TRIGGERER__"))})
     return env
 
 
@@ -136,6 +153,18 @@ class Local:
         self.home = _home()
         self.run = _run_dir(self.home)
         self.logs = self.home / "logs" / "services"
+        self.postgres = Postgres(self.run)
+        self.redis = Redis(self.run)
+
+    def mode(self) -> dict[str, bool]:
+        """What ``start`` chose: ``{"postgres": ..., "celery": ...}``."""
+        try:
+            return json.loads((self.run / "mode.json").read_text())
+        except (FileNotFoundError, ValueError):
+            return {"postgres": False, "celery": False}
+
+    def services(self) -> tuple[str, ...]:
+        return SERVICES + WORKERS if self.mode().get("celery") else SERVICES
 
     # -- recorded state -------------------------------------------------------------
     def pid(self, service: str) -> int | None:
@@ -169,7 +198,7 @@ class Local:
         return f"http://127.0.0.1:{self.env()['AIRFLOW__API__PORT']}"
 
     def dead_services(self) -> list[str]:
-        return [s for s in SERVICES if self.pid(s) is not None and not self.alive(s)]
+        return [s for s in self.services() if self.pid(s) is not None and not self.alive(s)]
 
     def check_alive(self) -> None:
         for service in self.dead_services():
@@ -177,13 +206,17 @@ class Local:
                              f"{_tail(self.log(service))}")
 
     # -- start / stop ---------------------------------------------------------------
-    def start(self, timeout: float) -> None:
-        running = [s for s in SERVICES if self.alive(s)]
-        if running:
-            raise LocalError(f"already running in {self.home}: {', '.join(running)} "
+    def start(self, timeout: float, *, postgres: bool = False, celery: bool = False) -> None:
+        running = [s for s in SERVICES + WORKERS if self.alive(s)]
+        if running or self.postgres.running() or self.redis.running():
+            raise LocalError(f"already running in {self.home}: "
+                             f"{', '.join(running) or 'its database or broker'} "
                              "(scripts/airflow-local.sh status; stop first to restart)")
         self.run.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)
+        postgres = postgres or celery  # Celery needs a database SQLite cannot be
+        (self.run / "mode.json").write_text(json.dumps({"postgres": postgres,
+                                                        "celery": celery}))
         (self.home / "iceberg" / "warehouse").mkdir(parents=True, exist_ok=True)  # example table
         secret_file = self.run / "jwt_secret"
         if not secret_file.exists():
@@ -191,29 +224,47 @@ class Local:
             os.write(fd, secrets.token_urlsafe(32).encode())
             os.close(fd)
         port = int(os.environ.get("AIRFLOW_LOCAL_PORT") or _free_port())
+        t0 = time.monotonic()
+        try:
+            db_url = self.postgres.start(self.log("postgres")) if postgres else None
+            broker = self.redis.start(self.log("redis"), self.home) if celery else None
+        except BackendError as e:
+            self.stop()
+            raise LocalError(str(e)) from None
+        if postgres:
+            print(f"PostgreSQL at {db_url}" + (f", Redis at {broker}" if broker else ""),
+                  flush=True)
         env = _service_env(self.home, port, _free_port(), _free_port(),
-                           secret_file.read_text().strip())
+                           secret_file.read_text().strip(), db_url, broker)
         public = {k: v for k, v in env.items() if k != "AIRFLOW__API_AUTH__JWT_SECRET"}
         (self.run / "env.json").write_text(json.dumps(public, indent=1))
         full = {**os.environ, **env}
         airflow = [sys.executable, "-m", "airflow"]
-        t0 = time.monotonic()
         print(f"AIRFLOW_HOME={self.home}\nmigrating the metadata DB ...", flush=True)
         with open(self.logs / "migrate.log", "w") as out:
             rc = subprocess.run([*airflow, "db", "migrate"], env=full, stdout=out,
                                 stderr=subprocess.STDOUT, timeout=timeout).returncode
         if rc != 0:
+            self.stop()
             raise LocalError(f"airflow db migrate failed ({rc}); the end of "
                              f"{self.logs / 'migrate.log'}:\n{_tail(self.logs / 'migrate.log')}")
         commands = {"api-server": ["api-server", "--host", "127.0.0.1", "--port", str(port),
                                    "--workers", "1"],
                     "scheduler": ["scheduler"], "dag-processor": ["dag-processor"],
                     "triggerer": ["triggerer"]}
-        for service in SERVICES:
+        # Each worker serves its own task logs, so each needs its own port.
+        extra_env = {w: {"AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port())}
+                     for w in WORKERS}
+        for worker in WORKERS:
+            commands[worker] = ["celery", "worker", "--concurrency", "2",
+                                "--celery-hostname", f"{worker}@%h"]
+        for service in self.services():
             with open(self.log(service), "a") as out:
-                proc = subprocess.Popen([*airflow, *commands[service]], env=full, stdout=out,
-                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        start_new_session=True, cwd=self.home)
+                proc = subprocess.Popen([*airflow, *commands[service]],
+                                        env={**full, **extra_env.get(service, {})},
+                                        stdout=out, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True,
+                                        cwd=self.home)
             (self.run / f"{service}.pid").write_text(str(proc.pid))
         try:
             self.wait_healthy(timeout, t0)
@@ -241,6 +292,12 @@ class Local:
             state = {"api-server": "healthy" if doc else "starting"}
             for service, key in HEALTH_KEYS.items():
                 state[service] = ((doc or {}).get(key) or {}).get("status") or "starting"
+            for worker in WORKERS if self.mode().get("celery") else ():
+                try:
+                    ready = " ready." in self.log(worker).read_text(errors="replace")
+                except FileNotFoundError:
+                    ready = False
+                state[worker] = "healthy" if ready else "starting"
             line = ", ".join(f"{s} {v}" for s, v in state.items())
             if line != last:
                 print(f"  [{time.monotonic() - t0:4.0f} s] {line}", flush=True)
@@ -256,7 +313,7 @@ class Local:
 
     def _sessions(self) -> dict[int, list[int]]:
         """Every live process of the sessions the services lead (setsid at start)."""
-        leaders = {p for p in (self.pid(s) for s in SERVICES) if p is not None}
+        leaders = {p for p in (self.pid(s) for s in SERVICES + WORKERS) if p is not None}
         found: dict[int, list[int]] = {}
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
@@ -281,8 +338,9 @@ class Local:
             return pids
 
         if not signal_all(signal.SIGTERM):
-            for service in SERVICES:
+            for service in SERVICES + WORKERS:
                 (self.run / f"{service}.pid").unlink(missing_ok=True)
+            self.stop_backends()
             return []
         deadline = time.monotonic() + timeout
         while self._sessions() and time.monotonic() < deadline:
@@ -294,9 +352,15 @@ class Local:
         left = self._sessions()
         if left:
             raise LocalError(f"processes survived SIGKILL: {left}")
-        for service in SERVICES:
+        for service in SERVICES + WORKERS:
             (self.run / f"{service}.pid").unlink(missing_ok=True)
+        self.stop_backends()
         return killed
+
+    def stop_backends(self) -> None:
+        """After the services (which hold connections to them): the broker, the DB."""
+        self.redis.stop()
+        self.postgres.stop()
 
     # -- REST ------------------------------------------------------------------------
     def token(self) -> str:
@@ -500,12 +564,17 @@ def _verify(local: Local, target: str | None, epochs: list[str]) -> bool:
 
 def status(local: Local) -> int:
     code = 0
-    for service in SERVICES:
+    mode = local.mode()
+    for name, backend in (("postgres", local.postgres), ("redis", local.redis)):
+        if mode.get("postgres" if name == "postgres" else "celery"):
+            print(f"{name:14} {'running' if backend.running() else 'stopped':8} "
+                  f"{backend.url() if backend.running() else ''}")
+    for service in local.services():
         pid = local.pid(service)
         state = ("running" if local.alive(service) else "DEAD") if pid else "stopped"
         code |= state == "DEAD"
         print(f"{service:14} {state:8} pid {pid or '-'}  log {local.log(service)}")
-    if any(local.alive(s) for s in SERVICES):
+    if any(local.alive(s) for s in local.services()):
         doc = local.health()
         print(f"API {local.url()}: health "
               + (json.dumps({k: (v or {}).get("status") for k, v in doc.items()})
@@ -516,11 +585,15 @@ def status(local: Local) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="airflow-local.sh", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("start", help="migrate the DB, start the services, wait until healthy")
+    st = sub.add_parser("start", help="migrate the DB, start the services, wait until healthy")
+    st.add_argument("--postgres", action="store_true",
+                    help="a throw-away PostgreSQL cluster as the metadata DB")
+    st.add_argument("--celery", action="store_true",
+                    help="CeleryExecutor, a Redis broker and two workers (implies --postgres)")
     sub.add_parser("stop", help="stop every process the services started")
     sub.add_parser("status", help="which services run, and their health")
     lg = sub.add_parser("logs", help="the end of each service's log")
-    lg.add_argument("service", nargs="?", choices=SERVICES)
+    lg.add_argument("service", nargs="?", choices=SERVICES + WORKERS + ("postgres", "redis"))
     lg.add_argument("-n", "--lines", type=int, default=40)
     bf = sub.add_parser("backfill", help="backfill DAG_ID from FROM to TO (dates, inclusive)")
     bf.add_argument("dag_id")
@@ -535,14 +608,14 @@ def main(argv: list[str] | None = None) -> int:
     start_timeout = float(os.environ.get("AIRFLOW_LOCAL_START_TIMEOUT", "600"))
     try:
         if args.cmd == "start":
-            local.start(start_timeout)
+            local.start(start_timeout, postgres=args.postgres, celery=args.celery)
         elif args.cmd == "stop":
             killed = local.stop()
             print("stopped" + (f" (killed after the grace period: {killed})" if killed else ""))
         elif args.cmd == "status":
             return status(local)
         elif args.cmd == "logs":
-            for service in [args.service] if args.service else SERVICES:
+            for service in [args.service] if args.service else local.services():
                 print(f"== {local.log(service)}\n{_tail(local.log(service), args.lines)}")
         elif args.cmd == "backfill":
             for d in (args.from_date, args.to_date):

@@ -13,10 +13,16 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m uv pip install --quiet --python .venv/bin/python -e ".[dev]"
   touch "$stamp"
 fi
-# The browser test (tests/airflow/test_run_page.py) drives the OS's Chromium; install it
-# when it is missing and we may (root).  Without it that test fails with a clear message.
-if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  apt-get update -qq && apt-get install -y -qq chromium
+# From the OS, installed when missing and we may (root): Chromium for the browser test
+# (tests/airflow/test_run_page.py), PostgreSQL and Redis for production Airflow
+# (scripts/airflow-local.sh start --celery, tests/airflow/test_production_airflow.py).
+# Without them those tests fail with a clear message.
+need=()
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
 fi
 # DuckDB's own Iceberg and Delta readers, for the tests that read every table state with
 # them (tests/duckdb_readers.py): DuckDB 1.5.5 and its extension wheels, which match that
