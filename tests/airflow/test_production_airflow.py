@@ -55,10 +55,13 @@ def _local(home: Path, monkeypatch: pytest.MonkeyPatch):
 
 def _query(home: Path, sql: str, *args) -> list[tuple]:
     port = json.loads((home / "run" / "postgres.json").read_text())["port"]
-    with psycopg2.connect(host="127.0.0.1", port=port, user="airflow", dbname="airflow") as db:
-        with db.cursor() as cur:
+    db = psycopg2.connect(host="127.0.0.1", port=port, user="airflow", dbname="airflow")
+    try:
+        with db, db.cursor() as cur:
             cur.execute(sql, args)
             return cur.fetchall()
+    finally:
+        db.close()  # else `stop` waits on this connection
 
 
 def _finished(log: Path) -> dict[str, tuple[int, str]]:
