@@ -275,13 +275,30 @@ def fingerprints_schema() -> dict[str, Any]:
                 ["format", "version", "files"]))
 
 
+def openlineage_facet_schema() -> dict[str, Any]:
+    """The ``airflowTpc`` OpenLineage dataset facet (airflow_tpc/airflow/lineage.py)."""
+    return _document(
+        "openlineage-facet", "airflow-tpc OpenLineage dataset facet (airflowTpc)",
+        "Which transaction of the exactly-once protocol wrote (or aborted) this output; "
+        "beside OpenLineage's own _producer and _schemaURL.",
+        _object({"epoch": {"type": "string", "minLength": 1},
+                 "attempt": {"type": "integer", "minimum": 1},
+                 "txnId": {"type": "string", "minLength": 1},
+                 "namespace": {"type": "string", "minLength": 1},
+                 "manifestDigest": {"type": ["string", "null"]},
+                 "outcome": {"enum": ["committed", "already_committed", "superseded",
+                                      "aborted", None]}},
+                ["epoch", "attempt", "txnId", "namespace"]))
+
+
 def all_schemas() -> dict[str, dict[str, Any]]:
     """File stem -> schema, for every document airflow-tpc writes."""
     return {"manifest": manifest_schema(), "begin": begin_schema(),
             "decision": decision_schema(), **fact_schemas(),
             "fingerprints": fingerprints_schema(),
             "published-marker": marker_schema(), "sink": sink_claim_schema(),
-            "pending-index": pending_index_schema()}
+            "pending-index": pending_index_schema(),
+            "openlineage-facet": openlineage_facet_schema()}
 
 
 def render(schema: dict[str, Any]) -> str:

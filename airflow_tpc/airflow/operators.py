@@ -31,10 +31,11 @@ from airflow_tpc.airflow.base import TpcBaseOperator, tpc_template_fields
 from airflow_tpc.airflow.hooks import TXN_XCOM_KEY
 from airflow_tpc.airflow.links import ManifestLink, TransactionLink
 from airflow_tpc.faults import crashpoint
-from airflow_tpc.storage import storage_class
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from airflow_tpc.airflow.hooks import TpcHook
 
 #: Spark conf key through which the job receives its transaction (see airflow_tpc.spark).
 SPARK_CONF_KEY = "spark.airflow_tpc.txn"
@@ -422,6 +423,8 @@ class CommitOperator(TpcBaseOperator):
         if version:
             summary.update(version)
         context["ti"].xcom_push(key=COMMIT_XCOM_KEY, value=summary)
+        self._tpc_summary = summary  # for the OpenLineage listener (it asks from a fork)
+        self._tpc_facts = _lineage_facts(self.tpc_hook, summary)
         ManifestLink.persist(context, pointer.get("manifest_uri"))
         event_id = f"{txn.txn_id}@{manifest.digest}"
         if not self._should_emit(context, result.outcome, was_published, event_id):
@@ -482,70 +485,39 @@ class CommitOperator(TpcBaseOperator):
             self.log.warning("Could not record the Asset event in the task state store: %s",
                              exc)
 
+    # -- OpenLineage (airflow_tpc.airflow.lineage; only with that provider) -----------
+    def get_openlineage_facets_on_start(self) -> Any:
+        """The target as the output, named before anything is committed."""
+        return _lineage(self.tpc_hook, None)
+
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
-        """The target as an OpenLineage output dataset (only if that provider is installed).
+        """The target with what this try's commit made: statistics, schema, version and
+        the transaction (kept by ``execute``; the listener asks from a fork, which must
+        not pull XComs)."""
+        return _lineage(self.tpc_hook, getattr(self, "_tpc_summary", None),
+                        getattr(self, "_tpc_facts", None))
 
-        Named as its store names datasets (``storage_class(target).lineage_name``: ``s3://
-        bucket`` + key prefix, ``file`` + absolute path), with the ``outputStatistics``
-        facet (rows, bytes, files) of the commit this try made or found; an
-        ``OutputDataset`` (plain ``Dataset`` takes no output facets).
-        """
-        try:
-            from airflow.providers.common.compat.openlineage.facet import (
-                OutputDataset,
-                OutputStatisticsOutputDatasetFacet,
-            )
-            from airflow.providers.openlineage.extractors import OperatorLineage
-        except ImportError:
-            return None
-        summary = task_instance.xcom_pull(task_ids=task_instance.task_id, key=COMMIT_XCOM_KEY)
-        facets: dict[str, Any] = {}
-        if _is_table(self.target):
-            # OpenLineage names a table-format dataset by its physical location (as its
-            # Spark integration does for Iceberg and Delta: the store's namespace + path);
-            # the catalog's name for it is a symlink of type TABLE.
-            from airflow.providers.common.compat.openlineage.facet import (
-                Identifier,
-                SymlinksDatasetFacet,
-            )
-
-            location = (summary or {}).get("location")
-            if not location:
-                return None  # no commit recorded by this task: nothing to report
-            namespace, name = _lineage_name(location)
-            sym_namespace, sym_name = _table_symlink(self.target)
-            facets["symlinks"] = SymlinksDatasetFacet(identifiers=[Identifier(
-                namespace=sym_namespace, name=sym_name, type="TABLE")])
-        else:
-            namespace, name = _lineage_name(self.target)
-        output_facets = {}
-        if summary:
-            output_facets["outputStatistics"] = OutputStatisticsOutputDatasetFacet(
-                rowCount=summary.get("rows"), size=summary.get("bytes"),
-                fileCount=summary.get("files"))
-        return OperatorLineage(outputs=[OutputDataset(namespace=namespace, name=name,
-                                                      facets=facets,
-                                                      outputFacets=output_facets)])
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        """A failed commit names the output it did not finish writing."""
+        return _lineage(self.tpc_hook, None)
 
 
-def _lineage_name(target: str) -> tuple[str, str]:
-    """OpenLineage (namespace, name) of the target, as its store names datasets."""
-    return storage_class(target).lineage_name(target)
+def _lineage_facts(hook: TpcHook, summary: dict[str, Any]) -> dict[str, Any] | None:
+    """What the lineage facets need read in this process (None: no OpenLineage)."""
+    try:
+        from airflow_tpc.airflow.lineage import commit_facts
+    except ImportError:
+        return None
+    return commit_facts(hook, summary)
 
 
-def _is_table(target: str) -> bool:
-    from airflow_tpc.airflow.hooks import is_table_target
-
-    return is_table_target(str(target))
-
-
-def _table_symlink(table_uri: str) -> tuple[str, str]:
-    """(namespace, name) of a table's catalog identity: ``iceberg://<catalog>`` and
-    ``<namespace>.<table>`` (a path-named table, e.g. Delta: its scheme and path)."""
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(table_uri)
-    return f"{parts.scheme}://{parts.netloc}", parts.path.lstrip("/") or parts.netloc
+def _lineage(hook: TpcHook, summary: dict[str, Any] | None,
+             facts: dict[str, Any] | None = None) -> Any:
+    try:
+        from airflow_tpc.airflow.lineage import lineage
+    except ImportError:  # no OpenLineage provider: no lineage
+        return None
+    return lineage(hook, summary, facts)
 
 
 def target_asset(target: str) -> Asset:
@@ -599,6 +571,11 @@ class AbortOperator(TpcBaseOperator):
                                  "after its decision, re-run it to finish the promotion.",
                                  result["committed"])
             self.log.info("Aborted %s", result["aborted"] or "nothing (already decided)")
+            if result["aborted"]:  # for the OpenLineage listener: what was thrown away
+                txn = Transaction.from_dict(doc)
+                self._tpc_summary = {"epoch": txn.epoch, "attempt": txn.attempt,
+                                     "txn_id": txn.txn_id, "namespace": txn.namespace,
+                                     "outcome": "aborted"}
         if self.fail_run:
             context["ti"].xcom_push(key="return_value", value=result)
             raise AirflowFailException(
@@ -606,3 +583,14 @@ class AbortOperator(TpcBaseOperator):
                 f"({', '.join(result['aborted']) or 'nothing left to abort'}); "
                 "failing the run so the epoch is not taken as committed")
         return result
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """The target, with the attempt this try aborted (outcome ``aborted``): nothing
+        was written to it.  Only when something was aborted."""
+        summary = getattr(self, "_tpc_summary", None)
+        return _lineage(self.tpc_hook, summary) if summary else None
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        """A rejection (``fail_run``) fails the task after aborting: the FAIL event names
+        the target and the aborted attempt."""
+        return self.get_openlineage_facets_on_complete(task_instance)

@@ -376,8 +376,12 @@ class TableSink(Sink):
         self._pending_stats = (txn.txn_id, {r: i.size for r, i in staged.items()},
                                stats_bytes(self.table_target.table_key(table, self.scope),
                                            files))
+        # The footers count the rows: the manifest says them when the job did not.
+        counted = {rel: per_uri[uri]["rows"] for rel, uri in zip(sorted(staged), uris,
+                                                                  strict=True)
+                   if "rows" in per_uri.get(uri, {})}
         try:
-            return super().precommit(txn, rows=rows, checksums=checksums)
+            return super().precommit(txn, rows=rows or counted, checksums=checksums)
         finally:
             self._pending_stats = None
 

@@ -35,7 +35,20 @@ os.environ.update({
     "SPARK_LOCAL_IP": "127.0.0.1",
     "PYSPARK_PYTHON": sys.executable,
     "PYSPARK_DRIVER_PYTHON": sys.executable,
+    # The real OpenLineage listener, writing every event to one file, for the lineage
+    # DAGs only (tests/airflow/dags/tpc_it_lineage.py; every other DAG emits nothing);
+    # 60 s for its forked emitter on a busy machine (default 10 s).
+    "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({
+        "type": "file", "log_file_path": os.path.join(_HOME, "openlineage.jsonl"),
+        "append": True}),
+    "AIRFLOW__OPENLINEAGE__EMISSION_POLICY": json.dumps([
+        {"scope": {}, "controls": {"emit": False}},
+        {"scope": {"dag_id": "tpc_it_lineage_.*"}, "match_mode": "regex",
+         "controls": {"emit": True}}]),
+    "AIRFLOW__OPENLINEAGE__EXECUTION_TIMEOUT": "60",
 })
+#: Where the OpenLineage listener writes its events (one JSON document per line).
+OPENLINEAGE_EVENTS = os.path.join(_HOME, "openlineage.jsonl")
 # Room for a busy machine (the suite runs on 2 shared cores): Airflow's
 # infrastructure timeouts at their defaults turn a slow run into a failed one
 # before any task code runs.  A slow machine must give a slow pass.  setdefault:

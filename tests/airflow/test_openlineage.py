@@ -1,38 +1,125 @@
-"""CommitOperator's OpenLineage with the real provider installed (the ``dev`` extra), on a
-real commit: the try's own task instance asks for the lineage as the listener does."""
+"""OpenLineage of real commits, as Airflow's own OpenLineage listener emits it (the
+provider's file transport; tests/airflow/conftest.py), for a folder, a Delta table and
+an Iceberg table (tests/airflow/dags/tpc_it_lineage.py).
+
+The START and COMPLETE events of the commit task both name the output, by the naming
+spec; COMPLETE carries its statistics, schema, version (snapshot id, Delta version, or
+a folder's manifest digest) and the transaction (``airflowTpc``), each checked against
+what the target itself says.  A run whose job fails is aborted: the abort task's event
+names the output with the aborted attempt and no statistics.
+"""
 
 from __future__ import annotations
+
+import json
+import os
 
 import airflow.providers.openlineage  # noqa: F401  (the dev extra: a missing one fails, never skips)
 import pytest
 
-from airflow_tpc import Sink
+from airflow_tpc import TxnState
+from airflow_tpc.tables import open_sink
 
-from .helpers import xcom_value
+from .conftest import OPENLINEAGE_EVENTS, REPO, ROOT
+from .dags.tpc_it_lineage import NAMESPACE, TARGETS
+from .helpers import states, xcom_value
 
 pytestmark = pytest.mark.timeout(900)
 
+CATALOG_DIR = os.path.join(ROOT, "lineage_iceberg")
+os.makedirs(os.path.join(CATALOG_DIR, "warehouse"), exist_ok=True)
+PROPS = {"type": "sql", "uri": f"sqlite:///{CATALOG_DIR}/catalog.db",
+         "warehouse": f"file://{CATALOG_DIR}/warehouse"}
+os.environ["AIRFLOW_CONN_TPC_IT_LINEAGE_CATALOG"] = json.dumps({
+    "conn_type": "iceberg_catalog", "host": PROPS["uri"], "schema": PROPS["warehouse"],
+    "extra": {"type": "sql"}})
 
-def test_commit_reports_the_target_as_an_output_dataset_with_statistics(dagbag):
-    from airflow_tpc.storage import storage_class
 
-    from .dags.tpc_it_lineage import NAMESPACE, TARGET
+def _events(dag_id: str, task_id: str) -> list[dict]:
+    with open(OPENLINEAGE_EVENTS) as fh:
+        found = [json.loads(line) for line in fh if line.strip()]
+    return [e for e in found if e["job"]["name"] == f"{dag_id}.{task_id}"]
 
-    dr = dagbag.get_dag("tpc_it_lineage").test(run_conf={"epoch": "2026-09-01"})
-    assert str(getattr(dr.state, "value", dr.state)) == "success"
-    lineage = xcom_value("tpc_it_lineage", dr.run_id, "commit", "lineage")
-    assert lineage is not None, "the provider is installed: lineage must not be None"
-    assert lineage["class"] == "OperatorLineage" and lineage["inputs"] == []
-    [out] = lineage["outputs"]
-    sink = Sink(TARGET, NAMESPACE)
-    namespace, name = storage_class(sink.target).lineage_name(sink.target)
-    assert (namespace, name) == ("file", TARGET)  # the naming spec: file + absolute path
-    assert out["class"] == "OutputDataset"
-    assert out["namespace"] == namespace and out["name"] == name
-    stats = out["outputFacets"]["outputStatistics"]
-    [info] = sink.describe("2026-09-01")  # what the ledger says was committed
+
+def _validate_facet(facet: dict) -> None:
+    """The ``airflowTpc`` facet against its published schema (docs/schema)."""
+    import jsonschema
+
+    with open(os.path.join(REPO, "docs", "schema", "openlineage-facet.schema.json")) as fh:
+        jsonschema.Draft202012Validator(json.load(fh)).validate(facet)
+
+
+def _sink(kind: str):
+    target, catalog = TARGETS[kind]
+    return open_sink(target, NAMESPACE, catalog_properties=PROPS if catalog else None)
+
+
+#: kind -> (namespace, name) the naming spec gives its output.
+def _expected_identity(kind: str) -> tuple[str, str]:
+    if kind == "iceberg":  # the catalog's warehouse, the table's identifier
+        return PROPS["warehouse"], "ol.events"
+    if kind == "delta":
+        return "file", f"{ROOT}/lineage_delta"
+    return "file", f"{ROOT}/lineage_target"
+
+
+@pytest.mark.parametrize("kind", ["folder", "delta", "iceberg"])
+def test_commit_lineage_names_the_output_with_schema_version_and_transaction(dagbag, kind):
+    dag_id = f"tpc_it_lineage_{kind}"
+    dr = dagbag.get_dag(dag_id).test(run_conf={"epoch": "2026-09-01"})
+    assert states(dr)["commit"] == "success", states(dr)
+    events = {e["eventType"]: e for e in _events(dag_id, "commit")}
+    assert set(events) == {"START", "COMPLETE"}, list(events)
+    identity = _expected_identity(kind)
+    for event in events.values():
+        assert [(o["namespace"], o["name"]) for o in event["outputs"]] == [identity]
+
+    [out] = events["COMPLETE"]["outputs"]
+    sink = _sink(kind)
+    [info] = sink.describe("2026-09-01")
     assert info.published
-    assert (stats["rowCount"], stats["size"], stats["fileCount"]) == (
-        info.rows, info.bytes, info.files) == (7, 100, 2)
-    assert stats["_producer"] and stats["_schemaURL"].endswith("OutputStatisticsOutputDatasetFacet")
+    stats = out["outputFacets"]["outputStatistics"]
+    assert (stats["rowCount"], stats["size"], stats["fileCount"]) == (7, info.bytes, 2)
+    assert [(f["name"], f.get("ordinal_position")) for f in out["facets"]["schema"]["fields"]] \
+        == [("id", 1), ("epoch", 2)]
+    tpc = out["facets"]["airflowTpc"]
+    assert (tpc["epoch"], tpc["attempt"], tpc["txnId"], tpc["namespace"], tpc["outcome"]) \
+        == ("2026-09-01", 1, info.txn_id, NAMESPACE, "committed")
+    assert tpc["_schemaURL"].endswith("openlineage-facet.schema.json")
+    _validate_facet(tpc)
+    version = out["facets"]["version"]["datasetVersion"]
+    if kind == "iceberg":
+        table = sink.table_target.load_table()
+        assert version == str(table.current_snapshot().snapshot_id)
+        location = table.location().removeprefix("file://")
+        assert out["facets"]["symlinks"]["identifiers"] == [
+            {"namespace": "file", "name": location, "type": "LOCATION"}]
+    elif kind == "delta":
+        assert version == str(sink.table_target.load_table().version())
+    else:
+        assert version == tpc["manifestDigest"]
+    # The digest is the commit's (and a table holds a commit of exactly that manifest).
+    assert tpc["manifestDigest"] == xcom_value(dag_id, dr.run_id, "commit",
+                                               "tpc_commit")["digest"]
+    if kind != "folder":
+        assert sink.table_version("2026-09-01", tpc["manifestDigest"])
+    # Nothing of a catalog's connection reaches an event.
+    assert "s3.secret" not in json.dumps(events)
 
+
+def test_an_aborted_run_names_the_output_and_the_aborted_attempt(dagbag):
+    dag_id = "tpc_it_lineage_folder"
+    dr = dagbag.get_dag(dag_id).test(run_conf={"epoch": "2026-09-02", "fail": True})
+    assert states(dr)["abort"] == "success" and states(dr)["commit"] == "upstream_failed"
+    [complete] = [e for e in _events(dag_id, "abort") if e["eventType"] == "COMPLETE"
+                  and e["outputs"] and e["outputs"][0]["facets"]["airflowTpc"]["epoch"]
+                  == "2026-09-02"]
+    [out] = complete["outputs"]
+    assert (out["namespace"], out["name"]) == _expected_identity("folder")
+    assert out["facets"]["airflowTpc"]["outcome"] == "aborted"
+    _validate_facet(out["facets"]["airflowTpc"])
+    assert "outputStatistics" not in out.get("outputFacets", {})
+    assert "version" not in out["facets"]
+    [info] = _sink("folder").describe("2026-09-02")
+    assert info.state is TxnState.ABORTED
+    assert out["facets"]["airflowTpc"]["txnId"] == info.txn_id

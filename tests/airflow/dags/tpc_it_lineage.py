@@ -1,61 +1,65 @@
-"""OpenLineage of a real commit: a plain-Python job (no Spark), then a CommitOperator whose
-try asks itself for its lineage the way the OpenLineage listener does when the task
-completes (``get_openlineage_facets_on_complete(ti)``, the try's real task instance) and
-pushes what it got to XCom (key ``lineage``; null without the OpenLineage provider)."""
+"""OpenLineage of real commits through Airflow's own OpenLineage listener (its emission
+policy in tests/airflow/conftest.py enables it for these DAGs only and points its file
+transport at the session's ``openlineage.jsonl``), for tests/airflow/test_openlineage.py.
+
+One DAG per kind of target — a folder, a Delta table, an Iceberg table (catalog
+connection ``tpc_it_lineage_catalog``, set by the test) — each a plain-Python job (no
+Spark: begin, stage two Parquet files of 7 rows, pre-commit), the sensor, the commit and
+the abort.  ``conf["fail"]``: the job fails after staging, so the abort task aborts.
+"""
 
 from __future__ import annotations
 
 import os
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from airflow.sdk import DAG, task
 
-from airflow_tpc import Sink
-from airflow_tpc.airflow import CommitOperator, PrecommitSensor
+from airflow_tpc.airflow import AbortOperator, CommitOperator, PrecommitSensor, TpcHook
 
 ROOT = os.environ.get("TPC_IT_ROOT", "/tmp/tpc-it")
-TARGET = os.path.join(ROOT, "lineage_target")
 NAMESPACE = "tpc_it_lineage"
+#: kind -> (target, catalog connection)
+TARGETS = {"folder": (os.path.join(ROOT, "lineage_target"), None),
+           "delta": (f"delta+file://{ROOT}/lineage_delta", None),
+           "iceberg": ("iceberg://lineage/ol.events", "tpc_it_lineage_catalog")}
 
+for kind, (target, catalog) in TARGETS.items():
+    with DAG(f"tpc_it_lineage_{kind}", schedule=None, start_date=datetime(2026, 1, 1),
+             catchup=False, tags=["tpc-test"]):
 
-class LineageProbeCommit(CommitOperator):
-    def execute(self, context: Any) -> Any:
-        summary = super().execute(context)
-        lineage = self.get_openlineage_facets_on_complete(context["ti"])
-        doc = None
-        if lineage is not None:
-            from openlineage.client.serde import Serde
+        @task(task_id="submit")
+        def submit(target: str, catalog: str | None, **context: Any) -> None:
+            """Begin an attempt of ``conf["epoch"]``, stage two files, pre-commit."""
+            import pyarrow as pa
+            import pyarrow.parquet as pq
 
-            doc = {"class": type(lineage).__name__,
-                   "outputs": [{"class": type(o).__name__, **Serde.to_dict(o)}
-                               for o in lineage.outputs],
-                   "inputs": [Serde.to_dict(i) for i in lineage.inputs]}
-        context["ti"].xcom_push(key="lineage", value=doc)
-        return summary
+            ti, conf = context["ti"], context["dag_run"].conf
+            hook = TpcHook(target, NAMESPACE, catalog_conn_id=catalog)
+            sink = hook.get_sink()
+            txn = sink.begin(conf["epoch"], owner={"dag_id": ti.dag_id, "run_id": ti.run_id})
+            ti.xcom_push(key="tpc_txn", value={**txn.to_dict(), "storage_conn_id": None,
+                                               "storage_options": {}, "table": target
+                                               if hook.is_table else None,
+                                               "catalog_conn_id": catalog})
+            staging = txn.staging_uri.removeprefix("file://")
+            os.makedirs(staging, exist_ok=True)
+            for name, ids in (("part-0.parquet", [1, 2, 3, 4, 5]), ("part-1.parquet", [6, 7])):
+                pq.write_table(pa.table({"id": pa.array(ids, pa.int64()),
+                                         "epoch": pa.array([conf["epoch"]] * len(ids))}),
+                               f"{staging}/{name}")
+            if conf.get("fail"):
+                raise RuntimeError("the job failed after staging")
+            # A folder's rows are what the job says (a table's come from the footers).
+            sink.precommit(txn, **({} if hook.is_table else {
+                "rows": {"part-0.parquet": 5, "part-1.parquet": 2}}))
 
-
-with DAG("tpc_it_lineage", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
-         tags=["tpc-test"]):
-
-    @task(task_id="submit")
-    def submit(**context: Any) -> None:
-        """Begin an attempt of ``conf["epoch"]``, stage two files, pre-commit with rows."""
-        ti = context["ti"]
-        sink = Sink(TARGET, NAMESPACE)
-        txn = sink.begin(context["dag_run"].conf["epoch"],
-                         owner={"dag_id": ti.dag_id, "run_id": ti.run_id})
-        ti.xcom_push(key="tpc_txn", value={**txn.to_dict(), "storage_conn_id": None,
-                                           "storage_options": {}})
-        staging = Path(txn.staging_uri.removeprefix("file://"))
-        (staging / "country=NL").mkdir(parents=True, exist_ok=True)
-        (staging / "country=NL" / "part-0.parquet").write_bytes(b"x" * 64)
-        (staging / "part-1.parquet").write_bytes(b"y" * 36)
-        sink.precommit(txn, rows={"country=NL/part-0.parquet": 5, "part-1.parquet": 2})
-
-    wait = PrecommitSensor(task_id="wait_precommit", target=TARGET, namespace=NAMESPACE,
-                           submit_task_id="submit", poke_interval=1, timeout=300)
-    commit = LineageProbeCommit(task_id="commit", target=TARGET, namespace=NAMESPACE,
-                                sensor_task_id="wait_precommit")
-    submit() >> wait >> commit
+        args = {"target": target, "namespace": NAMESPACE, "catalog_conn_id": catalog}
+        begun = submit(target, catalog)
+        wait = PrecommitSensor(task_id="wait_precommit", submit_task_id="submit",
+                               poke_interval=1, timeout=300, **args)
+        commit = CommitOperator(task_id="commit", sensor_task_id="wait_precommit", **args)
+        abort = AbortOperator(task_id="abort", submit_task_id="submit", **args)
+        begun >> wait >> commit
+        [begun, wait, commit] >> abort

@@ -1,0 +1,192 @@
+"""OpenLineage of the protocol's tasks: what a commit wrote, named as the spec names it.
+
+Airflow's OpenLineage listener asks each operator for its lineage when a try starts,
+completes or fails (``get_openlineage_facets_on_start/complete/failure``).  It asks in a
+process of its own (a fork of the task process), where native table libraries cannot
+run (delta-rs's runtime panics in a fork) and an XCom pull does not return: so the
+commit operator gathers what the facets need in ``execute`` (:func:`commit_facts`: the
+schema, read once) and the fork only builds the event from what it inherited.
+
+Naming (OpenLineage's dataset naming spec):
+
+* a folder target, and a Delta table (its location is its identity): the store's
+  namespace and path — ``file`` + ``/abs/path``, ``s3://bucket`` + ``key/prefix``;
+* an Iceberg table: the catalog's warehouse as namespace (``s3://lake/warehouse``,
+  ``file:///data/warehouse``; a REST catalog whose warehouse is a name: its URI and
+  that name) and the table's identifier (``analytics.events``) as name; the table's
+  physical location is a symlink of type ``LOCATION``.
+
+Facets on completion: ``outputStatistics`` (rows, bytes, files of the commit),
+``schema`` (the table's schema; a folder's first committed Parquet file's),
+``version`` (the Iceberg snapshot id or Delta version the commit made; a folder's
+manifest digest), and ``airflowTpc`` — epoch, attempt, transaction id, namespace,
+manifest digest and outcome (docs/schema/openlineage-facet.schema.json).  Start and
+failure events name the same output, without what only a commit knows.
+
+Only imported when the OpenLineage provider is installed (the ``openlineage`` extra).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+import attr
+from airflow.providers.common.compat.openlineage.facet import (
+    DatasetFacet,
+    Identifier,
+    OutputDataset,
+    OutputStatisticsOutputDatasetFacet,
+    SchemaDatasetFacet,
+    SchemaDatasetFacetFields,
+    SymlinksDatasetFacet,
+)
+from airflow.providers.openlineage.extractors import OperatorLineage
+from openlineage.client.facet_v2 import dataset_version_dataset
+
+from airflow_tpc.schemas import ID_BASE
+from airflow_tpc.storage import storage_class
+
+if TYPE_CHECKING:  # pragma: no cover
+    from airflow_tpc.airflow.hooks import TpcHook
+
+log = logging.getLogger(__name__)
+
+#: The custom facet's key in a dataset's facets.
+FACET = "airflowTpc"
+
+
+@attr.define
+class TpcTransactionDatasetFacet(DatasetFacet):
+    """Which transaction of the exactly-once protocol wrote (or tried to write) this
+    output: what joins a lineage event to the target's ledger."""
+
+    epoch: str
+    attempt: int
+    txnId: str  # noqa: N815 - OpenLineage's camelCase
+    namespace: str
+    manifestDigest: str | None = None  # noqa: N815
+    outcome: str | None = None
+
+    @staticmethod
+    def _get_schema() -> str:
+        return f"{ID_BASE}openlineage-facet.schema.json"
+
+
+def identity(hook: TpcHook) -> tuple[str, str, dict[str, Any]]:
+    """``(namespace, name, facets)`` of the hook's target, without reading it."""
+    target = str(hook.target)
+    if target.startswith("iceberg://"):
+        from airflow_tpc.tables.iceberg import IcebergTarget
+
+        parsed = IcebergTarget.parse(target)
+        return _iceberg_namespace(hook.catalog_properties() or {}, parsed.catalog_name), \
+            parsed.identifier, {}
+    if target.startswith(("delta+file://", "delta+s3://")):
+        location = target.split("+", 1)[1]
+        return (*storage_class(location).lineage_name(location), {})
+    return (*storage_class(target).lineage_name(target), {})
+
+
+def _iceberg_namespace(props: dict[str, str], catalog_name: str) -> str:
+    """The catalog's warehouse: a location, or a REST catalog's URI plus a warehouse
+    name; never credentials (user info and query are dropped)."""
+    warehouse = (props.get("warehouse") or "").rstrip("/")
+    if "://" in warehouse:
+        return _clean(warehouse)
+    uri = props.get("uri") or ""
+    if "://" in uri:
+        return _clean(uri).rstrip("/") + (f"/{warehouse}" if warehouse else "")
+    return f"iceberg://{catalog_name}"
+
+
+def _clean(uri: str) -> str:
+    parts = urlsplit(uri)
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def commit_facts(hook: TpcHook, summary: dict[str, Any]) -> dict[str, Any]:
+    """What the completion facets need that only I/O tells, gathered in the task process
+    (never in the listener's fork): the output's schema.  Nothing when the OpenLineage
+    listener is off (nothing to pay for)."""
+    try:
+        from airflow.providers.openlineage import conf as ol_conf
+
+        if ol_conf.is_disabled():
+            return {}
+    except Exception:  # an older provider: assume it is on
+        pass
+    return {"schema": _schema(hook, summary)}
+
+
+def lineage(hook: TpcHook, summary: dict[str, Any] | None = None,
+            facts: dict[str, Any] | None = None) -> OperatorLineage:
+    """The hook's target as the one output; with ``summary`` (what a commit or abort
+    recorded) and ``facts`` (:func:`commit_facts`), the facets of what happened to it."""
+    namespace, name, facets = identity(hook)
+    output_facets: dict[str, Any] = {}
+    if summary:
+        location = summary.get("location")
+        if location and str(hook.target).startswith("iceberg://"):
+            loc_ns, loc_name = storage_class(location).lineage_name(location)
+            facets["symlinks"] = SymlinksDatasetFacet(identifiers=[
+                Identifier(namespace=loc_ns, name=loc_name, type="LOCATION")])
+        facets[FACET] = TpcTransactionDatasetFacet(
+            epoch=str(summary["epoch"]), attempt=int(summary["attempt"]),
+            txnId=str(summary["txn_id"]), namespace=str(summary["namespace"]),
+            manifestDigest=summary.get("digest"), outcome=summary.get("outcome"))
+        if summary.get("outcome") in ("committed", "already_committed"):
+            version = summary.get("snapshot_id") or summary.get("version") \
+                or summary.get("digest")
+            if version:
+                facets["version"] = dataset_version_dataset.DatasetVersionDatasetFacet(
+                    datasetVersion=str(version))
+            schema = (facts or {}).get("schema")
+            if schema:
+                facets["schema"] = SchemaDatasetFacet(fields=[
+                    SchemaDatasetFacetFields(name=n, type=t, ordinal_position=i + 1)
+                    for i, (n, t) in enumerate(schema)])
+            output_facets["outputStatistics"] = OutputStatisticsOutputDatasetFacet(
+                rowCount=summary.get("rows"), size=summary.get("bytes"),
+                fileCount=summary.get("files"))
+    return OperatorLineage(outputs=[OutputDataset(namespace=namespace, name=name,
+                                                  facets=facets, outputFacets=output_facets)])
+
+
+def _schema(hook: TpcHook, summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """The output's columns: the table's schema, or a folder's first committed Parquet
+    file's footer.  Lineage must never fail a task: an error gives no schema facet."""
+    try:
+        import pyarrow as pa
+
+        sink = hook.get_sink()
+        table = getattr(sink, "table_target", None)
+        if table is not None:
+            loaded = table.load_table()
+            if loaded is None:
+                return []
+            found = loaded.schema()  # pyiceberg's Schema, or delta-rs's
+            return _fields(found.as_arrow() if hasattr(found, "as_arrow")
+                           else pa.schema(found.to_arrow()))
+        files = sink.committed_files([summary["epoch"]]).get(summary["epoch"]) or []
+        first = next((f for f in files if f.endswith(".parquet")), None)
+        if first is None:
+            return []
+        import pyarrow.parquet as pq
+
+        from airflow_tpc.storage import open_storage
+
+        storage, path = open_storage(first, hook.storage_options())
+        with storage.open_input(path) as fh:
+            return _fields(pq.read_schema(fh))
+    except Exception as exc:  # a lineage facet is never worth a failed task
+        log.warning("No schema facet for %s: %s", hook.target, exc)
+        return []
+
+
+def _fields(schema: Any) -> list[tuple[str, str]]:
+    """``(name, type)`` of a pyarrow schema's columns (nested types as their text)."""
+    return [(f.name, str(f.type)) for f in schema if f.name]
