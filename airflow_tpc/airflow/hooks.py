@@ -310,7 +310,7 @@ def ledger_root_from_connection(conn: Connection) -> str | None:
         return None
     if not isinstance(root, str) or "://" not in root and not root.startswith("/"):
         raise ValueError(f"connection {conn.conn_id!r}: {LEDGER_ROOT_KEY} must be a folder URI "
-                         f"(s3://bucket/prefix, file:///path or /path), not {root!r}")
+                         f"(scheme://bucket/prefix) or an absolute path, not {root!r}")
     return root.rstrip("/")
 
 

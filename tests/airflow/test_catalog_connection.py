@@ -57,7 +57,7 @@ def test_a_ledger_root_that_is_no_folder_uri_is_one_clear_error(root):
     with pytest.raises(ValueError) as err:
         hook.resolved_ledger_uri()
     assert str(err.value) == (f"connection 'cat': {LEDGER_ROOT_KEY} must be a folder URI "
-                              f"(s3://bucket/prefix, file:///path or /path), not {root!r}")
+                              f"(scheme://bucket/prefix) or an absolute path, not {root!r}")
 
 
 def test_a_login_without_password_or_for_a_catalog_without_one_is_refused():
