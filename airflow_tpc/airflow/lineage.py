@@ -83,7 +83,7 @@ def identity(hook: TpcHook) -> tuple[str, str, dict[str, Any]]:
         parsed = IcebergTarget.parse(target)
         return _iceberg_namespace(hook.catalog_properties() or {}, parsed.catalog_name), \
             parsed.identifier, {}
-    if target.startswith(("delta+file://", "delta+s3://")):
+    if urlsplit(target).scheme.startswith("delta+"):  # delta+<store>://: the store's URI
         location = target.split("+", 1)[1]
         return (*storage_class(location).lineage_name(location), {})
     return (*storage_class(target).lineage_name(target), {})

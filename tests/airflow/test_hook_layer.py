@@ -275,8 +275,17 @@ def test_credentials_go_only_to_stores_that_take_them(airflow_db, monkeypatch):
 
 
 def test_links_and_lineage_names_come_from_the_store_class():
+    from airflow.sdk.definitions.connection import Connection
+
+    from airflow_tpc.airflow.hooks import TpcHook
+    from airflow_tpc.airflow.lineage import identity
     from airflow_tpc.airflow.links import manifest_url
-    from airflow_tpc.airflow.operators import _lineage_name
+
+    def _lineage_name(target: str, catalog: dict | None = None) -> tuple[str, str]:
+        conn = None if catalog is None else Connection(
+            conn_id="cat", conn_type="iceberg_catalog", extra=json.dumps(catalog))
+        return identity(TpcHook(target, "ns", catalog_conn_id="cat" if conn else None,
+                                catalog_connection=conn))[:2]
 
     assert manifest_url("s3a://b/k/_tpc_manifest.json") == \
         "https://b.s3.amazonaws.com/k/_tpc_manifest.json"
@@ -286,6 +295,15 @@ def test_links_and_lineage_names_come_from_the_store_class():
     assert _lineage_name("s3://lake/daily") == ("s3://lake", "daily")
     assert _lineage_name("/data/daily") == ("file", "/data/daily")
     assert _lineage_name("file:///data/daily") == ("file", "/data/daily")
+    # A Delta table by its location; an Iceberg table by its catalog's warehouse (a REST
+    # warehouse *name* after the catalog's URI, whose credentials never appear).
+    assert _lineage_name("delta+s3://lake/tables/t") == ("s3://lake", "tables/t")
+    assert _lineage_name("iceberg://prod/a.b.t", {"type": "sql", "uri": "sqlite:////c.db",
+                                                  "warehouse": "s3://wh/root/"}) \
+        == ("s3://wh/root", "a.b.t")
+    assert _lineage_name("iceberg://prod/a.t", {"type": "rest", "warehouse": "main",
+                                                "uri": "https://u:pw@cat.example:8181/api?x=1"}) \
+        == ("https://cat.example:8181/api/main", "a.t")
 
 
 def _docstring_nodes(tree: ast.AST) -> set[int]:
