@@ -97,12 +97,6 @@ class DeltaScope:
             stats["nulls"][fid] = nulls
         return stats
 
-    def selects(self, values: dict[str, Any]) -> bool:
-        """Whether a file of this partition (``{column: value}``, typed or strings) lies
-        inside a predicate over partition columns (False for an append)."""
-        return self._bound is not None and not self.data_columns \
-            and proves(self._bound, self.evidence(1, values))
-
     def classify(self, rows: int, values: dict[str, Any],
                  bounds: dict[str, tuple[Any, Any, int | None]] | None = None) -> str:
         """``"inside"`` (every row satisfies the predicate: remove the file),
