@@ -36,7 +36,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -47,7 +46,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from local_backends import BackendError, Postgres, Redis
+from local_backends import BackendError, Postgres, Redis, free_port
 
 REPO = Path(__file__).resolve().parent.parent
 SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
@@ -60,12 +59,6 @@ DONE = {"success", "failed"}
 
 class LocalError(Exception):
     """One clear line for the user (and the tail of a log, when a service is the cause)."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _home() -> Path:
@@ -223,7 +216,7 @@ class Local:
             fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             os.write(fd, secrets.token_urlsafe(32).encode())
             os.close(fd)
-        port = int(os.environ.get("AIRFLOW_LOCAL_PORT") or _free_port())
+        port = int(os.environ.get("AIRFLOW_LOCAL_PORT") or free_port())
         t0 = time.monotonic()
         try:
             db_url = self.postgres.start(self.log("postgres")) if postgres else None
@@ -234,7 +227,7 @@ class Local:
         if postgres:
             print(f"PostgreSQL at {db_url}" + (f", Redis at {broker}" if broker else ""),
                   flush=True)
-        env = _service_env(self.home, port, _free_port(), _free_port(),
+        env = _service_env(self.home, port, free_port(), free_port(),
                            secret_file.read_text().strip(), db_url, broker)
         public = {k: v for k, v in env.items() if k != "AIRFLOW__API_AUTH__JWT_SECRET"}
         (self.run / "env.json").write_text(json.dumps(public, indent=1))
@@ -253,7 +246,7 @@ class Local:
                     "scheduler": ["scheduler"], "dag-processor": ["dag-processor"],
                     "triggerer": ["triggerer"]}
         # Each worker serves its own task logs, so each needs its own port.
-        extra_env = {w: {"AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port())}
+        extra_env = {w: {"AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port())}
                      for w in WORKERS}
         for worker in WORKERS:
             commands[worker] = ["celery", "worker", "--concurrency", "2",
