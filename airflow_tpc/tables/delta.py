@@ -402,11 +402,12 @@ class DeltaTarget:
         if not uris:
             return {}, []
         fs, _ = self.arrow_filesystem()
+        return read_footers(lambda uri: fs.open_input_file(self.arrow_path(uri)), uris)
 
-        def open_file(uri: str) -> Any:
-            return fs.open_input_file(norm_uri(uri) if uri.startswith("file://")
-                                      else uri[len("s3://"):])
-        return read_footers(open_file, uris)
+    @staticmethod
+    def arrow_path(uri: str) -> str:
+        """A file's URI (``file:///…``, ``s3://…``) as a path of :meth:`arrow_filesystem`."""
+        return norm_uri(uri) if uri.startswith("file://") else uri[len("s3://"):]
 
     footers = read_footers
 

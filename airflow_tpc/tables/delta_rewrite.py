@@ -137,7 +137,7 @@ def _rewrite(target: DeltaTarget, bound: DeltaScope, row: dict[str, Any], now: i
                        "bring the deleted rows back. Purge the table's deletion vectors "
                        "(REORG TABLE ... APPLY (PURGE)) or replace whole partitions")
     fs, root = target.arrow_filesystem()
-    src = _fs_path(target, row["path"])
+    src = target.arrow_path(target.file_uri(row["path"]))
     data = pq.read_table(src, filesystem=fs)
     frame = data
     values = _partition_values(bound, row)
@@ -158,15 +158,3 @@ def _rewrite(target: DeltaTarget, bound: DeltaScope, row: dict[str, Any], now: i
     size = fs.get_file_info(dst).size
     return AddAction(quote(rel, safe="/=-_.~"), size, values, now, True,
                      json.dumps({"numRecords": kept.num_rows}))
-
-
-def _fs_path(target: DeltaTarget, path: str) -> str:
-    """A log path as a path of the table's pyarrow filesystem."""
-    uri = target.file_uri(path)
-    if uri.startswith("s3://"):
-        return uri[len("s3://"):]
-    if uri.startswith("file://"):
-        from .base import norm_uri
-
-        return norm_uri(uri)
-    return uri
