@@ -74,19 +74,19 @@ class TpcTransactionDatasetFacet(DatasetFacet):
         return f"{ID_BASE}openlineage-facet.schema.json"
 
 
-def identity(hook: TpcHook) -> tuple[str, str, dict[str, Any]]:
-    """``(namespace, name, facets)`` of the hook's target, without reading it."""
+def identity(hook: TpcHook) -> tuple[str, str]:
+    """``(namespace, name)`` of the hook's target, without reading it."""
     target = str(hook.target)
     if target.startswith("iceberg://"):
         from airflow_tpc.tables.iceberg import IcebergTarget
 
         parsed = IcebergTarget.parse(target)
         return _iceberg_namespace(hook.catalog_properties() or {}, parsed.catalog_name), \
-            parsed.identifier, {}
+            parsed.identifier
     if urlsplit(target).scheme.startswith("delta+"):  # delta+<store>://: the store's URI
         location = target.split("+", 1)[1]
-        return (*storage_class(location).lineage_name(location), {})
-    return (*storage_class(target).lineage_name(target), {})
+        return storage_class(location).lineage_name(location)
+    return storage_class(target).lineage_name(target)
 
 
 def _iceberg_namespace(props: dict[str, str], catalog_name: str) -> str:
@@ -126,7 +126,8 @@ def lineage(hook: TpcHook, summary: dict[str, Any] | None = None,
             facts: dict[str, Any] | None = None) -> OperatorLineage:
     """The hook's target as the one output; with ``summary`` (what a commit or abort
     recorded) and ``facts`` (:func:`commit_facts`), the facets of what happened to it."""
-    namespace, name, facets = identity(hook)
+    namespace, name = identity(hook)
+    facets: dict[str, Any] = {}
     output_facets: dict[str, Any] = {}
     if summary:
         location = summary.get("location")

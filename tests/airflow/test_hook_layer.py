@@ -285,7 +285,7 @@ def test_links_and_lineage_names_come_from_the_store_class():
         conn = None if catalog is None else Connection(
             conn_id="cat", conn_type="iceberg_catalog", extra=json.dumps(catalog))
         return identity(TpcHook(target, "ns", catalog_conn_id="cat" if conn else None,
-                                catalog_connection=conn))[:2]
+                                catalog_connection=conn))
 
     assert manifest_url("s3a://b/k/_tpc_manifest.json") == \
         "https://b.s3.amazonaws.com/k/_tpc_manifest.json"
