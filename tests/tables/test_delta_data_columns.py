@@ -20,12 +20,12 @@ from deltalake import DeltaTable, write_deltalake
 
 from airflow_tpc import TxnState
 from airflow_tpc.faults import InjectedCrash, armed
-from airflow_tpc.tables import DeltaSink, TableSchemaError
-from tests.duckdb_readers import duckdb_rows
+from airflow_tpc.tables import TableSchemaError
 
 from ..core.helpers import full_tree
 from .conftest import commit_epoch as commit
 from .conftest import write_parquet
+from .test_delta_scope import ids, sink_of  # the same sink and the same two readers
 
 DAY20 = "ts >= '2026-11-20T00:00:00' AND ts < '2026-11-21T00:00:00'"
 
@@ -56,17 +56,6 @@ def table(tmp_path):
     for pairs in FILES.values():
         write_deltalake(path, rows(pairs), mode="append")
     return path
-
-
-def sink_of(path: str, **kwargs) -> DeltaSink:
-    return DeltaSink(f"delta+file://{path}", "events", **kwargs)
-
-
-def ids(path: str) -> list[int]:
-    """The table's ids by delta-rs, checked against DuckDB's own reader."""
-    seen = sorted(DeltaTable(path).to_pyarrow_table()["id"].to_pylist())
-    assert sorted(r[0] for r in duckdb_rows("delta", path, ["id"])) == seen
-    return seen
 
 
 def files(path: str) -> dict[str, list[int]]:
