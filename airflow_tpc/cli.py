@@ -38,6 +38,7 @@ from .ledger import check_attempt
 from .sink import Progress, Sink
 from .storage import open_storage
 from .storage.s3 import redact_endpoint_url
+from .tables import history as table_history
 from .transaction import SinkConfig
 from .units import human_bytes
 
@@ -227,33 +228,43 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
                     missingval="-", colalign=align, disable_numparse=True)
 
 
-def _table_name(sink: Sink) -> str | None:
-    """A table target's own name (``iceberg://…``, the Delta URI); None for a folder."""
-    table = getattr(sink, "table_target", None)
-    return str(table.uri) if table is not None else None
-
-
 def cmd_list(sink: Sink, args: argparse.Namespace) -> Any:
-    infos = [i.to_dict() for i in sink.describe(args.epoch)]
+    """Every transaction.  A table target's rows also say which snapshot (Iceberg) or
+    version (Delta) each commit made, and a committed attempt's files, which the table
+    took where they were staged, are not counted as staging left."""
+    infos = table_history.describe(sink, args.epoch)
     if args.json:
         return infos
-    in_table = _table_name(sink) is not None
+    key = table_history.version_key(sink)
     for i in infos:
         i["age"] = _age(i["age_s"])
+        in_table = bool(i.get("in_table"))
         i["note"] = "superseded" if i["superseded"] else (
-            "not yet promoted" if i["state"] == "COMMITTED" and not i["published"]
-            else "staged files are table data" if in_table and i["state"] == "COMMITTED"
-            and i["staging_files"] else "")
-    return _table(infos, ["epoch", "attempt", "state", "files", "bytes", "rows", "age",
-                          "staging_files", "note"]) if infos else "no transactions"
+            ("decided, not yet in the table" if key else "not yet promoted")
+            if i["state"] == "COMMITTED" and not in_table else "")
+        if in_table:
+            i["staging_files"] = None  # the table's data files now, not leftovers
+    columns = ["epoch", "attempt", "state", "files", "bytes", "rows", "age",
+               *([key] if key else []), "staging_files", "note"]
+    body = _table(infos, columns) if infos else "no transactions"
+    return f"{_where_line(sink)}\n{body}" if key else body
+
+
+def _where_line(sink: Sink) -> str:
+    """``table <uri>  location <path>`` of a table target, ``target <uri>`` of a folder."""
+    table = table_history.table_uri(sink)
+    return f"table {table}  location {sink.target}" if table else f"target {sink.target}"
 
 
 def cmd_status(sink: Sink, args: argparse.Namespace) -> Any:
     infos = sink.describe()
     committed = sink.committed_files()
+    key = table_history.version_key(sink)
+    versions = table_history.table_commits(sink) if key else {}
     epochs: dict[str, dict[str, Any]] = {}
     for i in infos:
         e = epochs.setdefault(i.epoch, {"epoch": i.epoch, "published_attempt": None,
+                                        **({key: None} if key else {}),
                                         "files": None, "rows": None, "bytes": None,
                                         "attempts": 0, "pending": 0})
         e["attempts"] += 1
@@ -261,17 +272,17 @@ def cmd_status(sink: Sink, args: argparse.Namespace) -> Any:
             e["pending"] += 1
         if i.state.value == "COMMITTED" and not i.superseded and i.epoch in committed:
             e.update(published_attempt=i.attempt, files=i.files, rows=i.rows, bytes=i.bytes)
-    table = _table_name(sink)
-    doc = {"target": table or sink.target, "namespace": sink.namespace,
+            if key:
+                e[key] = versions.get(i.txn_id)
+    doc = {**table_history.where(sink), "namespace": sink.namespace,
            "committed_epochs": list(committed), "epochs": list(epochs.values())}
-    if table:
-        doc["location"] = sink.target
     if args.json:
         return doc
-    where = f"table {table}  location {sink.target}" if table else f"target {sink.target}"
-    header = f"{where}  namespace {sink.namespace}  committed epochs: {len(committed)}"
-    body = _table(doc["epochs"], ["epoch", "published_attempt", "files", "rows", "bytes",
-                                  "attempts", "pending"]) if epochs else "no transactions"
+    header = f"{_where_line(sink)}  namespace {sink.namespace}  committed epochs: " \
+             f"{len(committed)}"
+    body = _table(doc["epochs"], ["epoch", "published_attempt", *([key] if key else []),
+                                  "files", "rows", "bytes", "attempts", "pending"]) \
+        if epochs else "no transactions"
     return f"{header}\n{body}"
 
 

@@ -61,17 +61,45 @@ def _snapshots(props) -> list:
 
 
 def test_list_and_status_of_a_table(tmp_path, capsys):
+    """A table is named as itself (its location beside it), each commit by the snapshot
+    it made; the committed attempt's staged files, which the table took in place, are
+    not counted as staging left, while the undecided and the decided-but-not-yet-in-the-
+    table attempts' are."""
     _, props = _target(tmp_path)
+    [snap] = _snapshots(props)
     assert main(["list", TABLE, *_flags(props)]) == 0
     out = capsys.readouterr().out
-    assert "PRECOMMITTED" in out and "not yet promoted" in out and "COMMITTED" in out
-    assert "staged files are table data" in out  # the committed attempt's files, in place
+    head, columns, _, *lines = out.splitlines()
+    assert head.startswith(f"table {TABLE}  location file://")
+    assert columns.split() == ["EPOCH", "ATTEMPT", "STATE", "FILES", "BYTES", "ROWS", "AGE",
+                               "SNAPSHOT_ID", "STAGING_FILES", "NOTE"]
+    rows = {line.split()[0]: line for line in lines}
+    committed = rows["2026-11-01"].split()
+    assert committed[2] == "COMMITTED" and committed[-2:] == [str(snap.snapshot_id), "-"]
+    assert "staged" not in rows["2026-11-01"]
+    pending = rows["2026-11-02"].split()
+    assert pending[2] == "PRECOMMITTED" and pending[-2] == "-" and int(pending[-1]) >= 1
+    assert rows["2026-11-03"].endswith("decided, not yet in the table")
+    assert main(["list", TABLE, "--json", *_flags(props)]) == 0
+    by_epoch = {r["epoch"]: r for r in json.loads(capsys.readouterr().out)}
+    assert {r["table"] for r in by_epoch.values()} == {TABLE}
+    assert by_epoch["2026-11-01"]["snapshot_id"] == str(snap.snapshot_id)
+    assert by_epoch["2026-11-01"]["in_table"] is True
+    assert by_epoch["2026-11-01"]["staging_files"] >= 1  # the raw fact: the table's files
+    for epoch in ("2026-11-02", "2026-11-03"):
+        assert by_epoch[epoch]["snapshot_id"] is None and by_epoch[epoch]["in_table"] is False
+        assert by_epoch[epoch]["staging_files"] >= 1
     assert main(["status", TABLE, "--json", *_flags(props)]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["namespace"] == "cli-ns" and doc["committed_epochs"] == ["2026-11-01"]
     assert doc["target"] == TABLE and doc["location"].startswith("file://")  # as itself
+    assert doc["format"] == "iceberg" and TABLE not in doc["location"]
+    assert [(e["epoch"], e["snapshot_id"]) for e in doc["epochs"]] == [
+        ("2026-11-01", str(snap.snapshot_id)), ("2026-11-02", None), ("2026-11-03", None)]
     assert main(["status", TABLE, *_flags(props)]) == 0
-    assert capsys.readouterr().out.startswith(f"table {TABLE}  location file://")
+    out = capsys.readouterr().out
+    assert out.startswith(f"table {TABLE}  location file://")
+    assert str(snap.snapshot_id) in out.splitlines()[3]
 
 
 def test_abort_recover_gc_of_a_table(tmp_path, capsys):
@@ -147,7 +175,17 @@ def test_a_delta_table_target(tmp_path, capsys):
     assert main(["status", target, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["namespace"] == "cli-delta" and doc["committed_epochs"] == ["2026-11-01"]
-    assert doc["target"] == target
+    assert doc["target"] == target and doc["format"] == "delta"
+    assert [(e["epoch"], e["version"]) for e in doc["epochs"]] == [
+        ("2026-11-01", "0"), ("2026-11-02", None)]  # the commit made version 0
+    assert main(["list", target]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"table {target}  location file://")
+    assert out.splitlines()[1].split()[7:] == ["VERSION", "STAGING_FILES", "NOTE"]
+    assert main(["list", target, "--json"]) == 0
+    rows = {r["epoch"]: r for r in json.loads(capsys.readouterr().out)}
+    assert (rows["2026-11-01"]["version"], rows["2026-11-01"]["in_table"]) == ("0", True)
+    assert (rows["2026-11-02"]["version"], rows["2026-11-02"]["in_table"]) == (None, False)
     assert main(["abort", target, "--epoch", "2026-11-02"]) == 0
     assert "aborted cli-delta/2026-11-02/1" in capsys.readouterr().out
     assert [str(i.state) for i in sink.describe("2026-11-02")] == ["ABORTED"]
