@@ -36,6 +36,7 @@ from airflow_tpc.airflow.ui.csrf import (  # noqa: F401 - CSRF_HEADER/csrf_token
     csrf_token,
     session_csrf_refusal,
 )
+from airflow_tpc.tables import history
 
 
 # ----------------------------------------------------------------------------- pages
@@ -50,6 +51,15 @@ def _airflow_run_href(dag_id: str, run_id: str) -> str:
     return f"/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
 
 
+def _section(sink: Any, title: str, rows: list[Any], **kwargs: Any) -> Any:
+    """A card of one target: a table named by its URI, its location beside it, and the
+    column of the snapshot / version each commit made."""
+    errors = {r.info.get("table_error") for r in rows} - {None}
+    return ui.Section(title=title, target=sink.target, namespace=sink.namespace, rows=rows,
+                      table=history.table_uri(sink), version_key=history.version_key(sink),
+                      table_error=next(iter(errors), None), **kwargs)
+
+
 def _run_page(base: str, dag_id: str, run_id: str, csrf: str, now: float) -> str:
     abort_url = ui.url(f"{base}/api/abort", dag_id=dag_id, run_id=run_id)
     sections = []
@@ -58,16 +68,14 @@ def _run_page(base: str, dag_id: str, run_id: str, csrf: str, now: float) -> str
         sink = hook.get_sink()
         infos = sorted(hook.run_attempts(doc, dag_id, run_id),
                        key=lambda i: (i.epoch, i.attempt), reverse=True)
-        rows = [ui.Row(runs.info_dict(i), timeout_s=runs.timeout_of(sink, i), abort_url=abort_url,
+        rows = [ui.Row(d, timeout_s=runs.timeout_of(sink, i), abort_url=abort_url,
                        identity=runs.Found(dag_id, run_id, task_id, sink, i).identity(),
                        manifest_href=ui.url(f"{base}/manifest", dag_id=dag_id, run_id=run_id,
                                             task_id=task_id, epoch=i.epoch, attempt=i.attempt))
-                for i in infos]
-        sections.append(ui.Section(
-            title=task_id, target=sink.target, namespace=sink.namespace, rows=rows,
-            table=doc.get("table") or None,
-            links=[("All transactions of this target",
-                    ui.url(f"{base}/target", dag_id=dag_id, task_id=task_id))]))
+                for i, d in zip(infos, runs.info_dicts(sink, infos), strict=True)]
+        sections.append(_section(sink, task_id, rows, links=[
+            ("All transactions of this target",
+             ui.url(f"{base}/target", dag_id=dag_id, task_id=task_id))]))
     body = (ui.crumbs([("airflow-tpc", f"{base}/"), (dag_id, None), (run_id, None)])
             + f"<h1>Transactions of run <code>{ui.esc(run_id)}</code></h1>"
             + f'<p class="sub">DAG <code>{ui.esc(dag_id)}</code> · '
@@ -88,12 +96,16 @@ def _target_page(base: str, dag_id: str, task_id: str, doc: dict[str, Any],
     rows, hidden = [], 0
     infos = sorted(sink.describe(), key=lambda i: (i.started_at or 0, i.epoch, i.attempt),
                    reverse=True)
+    shown = []
     for info in infos:
         owner = _owner_of(info)
         if owner is not None and owner[0] != dag_id and not can_read(owner[0]):
             hidden += 1  # begun by a DAG this user may not read
             continue
-        row = ui.Row(runs.info_dict(info), timeout_s=runs.timeout_of(sink, info),
+        shown.append(info)
+    for info, d in zip(shown, runs.info_dicts(sink, shown), strict=True):
+        owner = _owner_of(info)
+        row = ui.Row(d, timeout_s=runs.timeout_of(sink, info),
                      manifest_href=ui.url(f"{base}/manifest", dag_id=dag_id, task_id=task_id,
                                           epoch=info.epoch, attempt=info.attempt))
         if owner is not None:
@@ -101,38 +113,44 @@ def _target_page(base: str, dag_id: str, task_id: str, doc: dict[str, Any],
             row.owner = (f"{odag} / {orun}", ui.url(f"{base}/run", dag_id=odag, run_id=orun))
             row.abort_url = ui.url(f"{base}/api/abort", dag_id=odag, run_id=orun)
             # The owning run's task may have another id: name the target instead.
-            row.identity = {"target": sink.target, "namespace": sink.namespace,
+            row.identity = {"target": history.shown_target(sink),
+                            "namespace": sink.namespace,
                             "epoch": info.epoch, "attempt": int(info.attempt),
                             "txn_id": info.txn_id}
         rows.append(row)
     note = (f"{hidden} transaction(s) begun by DAGs you may not read are not shown."
             if hidden else None)
-    table = doc.get("table") or None
-    sec = ui.Section(title=f"{dag_id}.{task_id}", target=sink.target, namespace=sink.namespace,
-                     rows=rows, note=note, table=table)
+    sec = _section(sink, f"{dag_id}.{task_id}", rows, note=note)
     body = (ui.crumbs([("airflow-tpc", f"{base}/"), (dag_id, None), (task_id, None)])
-            + f"<h1>Transactions of {'table' if table else 'target'} "
-            f"<code>{ui.esc(table or sink.target)}</code></h1>"
+            + f"<h1>Transactions of {'table' if sec.table else 'target'} "
+            f"<code>{ui.esc(sec.name)}</code></h1>"
             + '<p class="sub">Every epoch and attempt in the ledger, newest first.</p>'
             + ui.section(sec, now, with_owner=True))
-    return ui.page(f"target {sink.target}", body, csrf=csrf, now=now)
+    return ui.page(f"{'table' if sec.table else 'target'} {sec.name}", body, csrf=csrf,
+                   now=now)
 
 
 def _manifest_page(base: str, dag_id: str, back: tuple[str, str], sink: Any, info: Any,
                    now: float) -> str:
     view = runs.manifest_view(sink, info)
     files, (tf, tb, tr) = view["files"], view["totals"]
+    [row] = runs.info_dicts(sink, [info])
+    table = history.table_uri(sink)
     facts = [("Transaction", f"<code>{ui.esc(info.txn_id)}</code>"),
-             ("State", ui.state_badge(runs.info_dict(info))),
-             ("Target", f"<code>{ui.esc(sink.target)}</code>"),
-             ("Source", ui.esc(view["source"])),
-             ("Location", ui.text(view["uri"])),
-             ("Digest", f'<code>{ui.text(view["digest"])}</code>'),
-             ("Files", ui.number(tf)), ("Rows", ui.number(tr)),
-             ("Size", ui.human_bytes(tb)),
-             ("Started", ui.age(info.started_at, now)),
-             ("Decided", ui.age(info.decided_at, now)),
-             ("Reason", ui.text(info.reason))]
+             ("State", ui.state_badge(row)),
+             ("Table" if table else "Target", f"<code>{ui.esc(table or sink.target)}</code>")]
+    if table:
+        key = history.version_key(sink) or ""
+        facts += [("Table location", f"<code>{ui.esc(sink.target)}</code>"),
+                  (ui.VERSION_HEADERS.get(key, key), ui.version_cell(row, key))]
+    facts += [("Source", ui.esc(view["source"])),
+              ("Location", ui.text(view["uri"])),
+              ("Digest", f'<code>{ui.text(view["digest"])}</code>'),
+              ("Files", ui.number(tf)), ("Rows", ui.number(tr)),
+              ("Size", ui.human_bytes(tb)),
+              ("Started", ui.age(info.started_at, now)),
+              ("Decided", ui.age(info.decided_at, now)),
+              ("Reason", ui.text(info.reason))]
     dl = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts)
     table = ""
     if files is not None:

@@ -51,6 +51,10 @@ S3_SECRET = "run-page-S3cret-not-shown"
 TWO_DAG_ID, TWO_RUN_ID = "tpc_it_two", "run-page-two-targets"
 CAT_CONN = "tpc_run_page_cat"
 TABLE = "iceberg://runpage/analytics.events"
+#: A run of tables only, with commits in them: an Iceberg table (task daily.submit) and a
+#: Delta table (task events.submit); each shown by its URI and its commits' versions.
+TABLES_RUN_ID = "run-page-tables"
+ICEBERG = "iceberg://runpage/analytics.daily"
 
 
 def _chromium() -> str:
@@ -76,6 +80,53 @@ def _stage(sink: Sink, txn: Any, files: dict[str, bytes]) -> None:
 
 def _doc(txn: Any, conn_id: str | None = None, public: dict | None = None) -> dict[str, Any]:
     return {**txn.to_dict(), "storage_conn_id": conn_id, "storage_options": public or {}}
+
+
+def _table_attempt(sink: Any, owner: dict[str, Any], ids: list[int]) -> Any:
+    """Begin an attempt of EPOCH in a table, stage one Parquet file and pre-commit it."""
+    txn = sink.begin(EPOCH, owner=owner)
+    staged = sink.storage.join(sink.layout.staging(EPOCH, txn.attempt), "part-0.parquet")
+    sink.storage.put(staged, b"")
+    pq.write_table(pa.table({"id": pa.array(ids, pa.int64()),
+                             "epoch": pa.array([EPOCH] * len(ids))}), staged)
+    sink.precommit(txn)
+    return txn
+
+
+def _snapshot_of(sink: Any, txn_id: str) -> str:
+    """The id of the Iceberg snapshot whose summary names the transaction (pyiceberg)."""
+    [snap] = [s for s in sink.table_target.load_table().snapshots()
+              if (s.summary or {}).get("airflow-tpc.txn-id") == txn_id]
+    return str(snap.snapshot_id)
+
+
+def _seed_tables(tmp: Path, catalog: dict[str, str]) -> dict[str, Any]:
+    """The tables-only run: Iceberg attempts 1 and 2 committed (2 supersedes 1, whose
+    files stay: snapshot 1 still references them) and 3 pre-committed; Delta attempt 1
+    committed and 2 pre-committed.  Its XComs are the newest of their tasks, so the
+    target pages of tpc_it_two's daily.submit and events.submit show these tables."""
+    from airflow import settings
+    from airflow.models.xcom import XComModel
+
+    owner = {"dag_id": TWO_DAG_ID, "run_id": TABLES_RUN_ID}
+    ice = open_sink(ICEBERG, "tpc_tables", catalog_properties=catalog)
+    for ids in ([1, 2], [3]):
+        assert ice.commit(_table_attempt(ice, owner, ids)).outcome == "committed"
+    ice_open = _table_attempt(ice, owner, [4, 5, 6])
+    delta_uri = f"delta+file://{tmp}/delta_events"
+    delta = open_sink(delta_uri, "tpc_tables_delta")
+    assert delta.commit(_table_attempt(delta, owner, [7])).outcome == "committed"
+    delta_open = _table_attempt(delta, owner, [8])
+    with settings.Session() as session:
+        XComModel.set(key="tpc_txn", value={**_doc(ice_open), "table": ICEBERG,
+                                            "catalog_conn_id": CAT_CONN},
+                      dag_id=TWO_DAG_ID, task_id="daily.submit", run_id=TABLES_RUN_ID,
+                      session=session)
+        XComModel.set(key="tpc_txn", value={**_doc(delta_open), "table": delta_uri},
+                      dag_id=TWO_DAG_ID, task_id="events.submit", run_id=TABLES_RUN_ID,
+                      session=session)
+        session.commit()
+    return {"iceberg": ice, "delta": delta, "delta_uri": delta_uri}
 
 
 @pytest.fixture(scope="module")
@@ -133,13 +184,17 @@ def seeded(api_process, dagbag, moto_endpoint, tmp_path_factory,
     # (task events.submit) and an Iceberg table (task daily.submit), both pre-committed.
     sdag_two = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(
         dagbag.get_dag(TWO_DAG_ID)))
-    with settings.Session() as session:
-        get_or_create_dagrun(dag=sdag_two, run_id=TWO_RUN_ID, logical_date=None,
-                             data_interval=None, run_after=day(EPOCH),
-                             conf=None, triggered_by=DagRunTriggeredByType.TEST,
-                             triggering_user_name="test", start_date=day(EPOCH),
-                             session=session)
-        session.commit()
+    # (get_or_create_dagrun replaces a run of the same logical date, None included: the
+    # tables run has its own.)
+    for run_id, logical in ((TWO_RUN_ID, None), (TABLES_RUN_ID, day("2026-09-02"))):
+        with settings.Session() as session:
+            get_or_create_dagrun(dag=sdag_two, run_id=run_id, logical_date=logical,
+                                 data_interval=logical and (logical, logical),
+                                 run_after=day(EPOCH), conf=None,
+                                 triggered_by=DagRunTriggeredByType.TEST,
+                                 triggering_user_name="test", start_date=day(EPOCH),
+                                 session=session)
+            session.commit()
     two_owner = {"dag_id": TWO_DAG_ID, "run_id": TWO_RUN_ID}
     folder = Sink(str(tmp_path_factory.mktemp("run_page_two") / "events"), "tpc_two")
     folder_txn = folder.begin(EPOCH, owner={**two_owner, "task_id": "events.submit"})
@@ -171,8 +226,10 @@ def seeded(api_process, dagbag, moto_endpoint, tmp_path_factory,
     two = dagbag.get_dag("tpc_it_two").test(logical_date=day("2026-09-16"),
                                             run_conf={"epoch": "2026-09-16"})
     assert str(getattr(two.state, "value", two.state)) == "success"
+    # 5. The tables-only run (after 4: its XComs are the newest of their tasks).
+    tables = _seed_tables(tmp_path_factory.mktemp("run_page_tables"), catalog)
     return {"nospark_run": nospark.run_id, "local": local, "s3": s3, "open": open_txn,
-            "folder": folder, "table": table, "two_run": two.run_id}
+            "folder": folder, "table": table, "two_run": two.run_id, **tables}
 
 
 @pytest.fixture(scope="module")
@@ -471,7 +528,7 @@ def test_two_targets_one_epoch_abort_names_the_right_transaction(server, seeded,
     page = _login(browser, server, "admin")
     page.goto(f"{server}/airflow-tpc/run?dag_id={TWO_DAG_ID}&run_id={TWO_RUN_ID}")
     folder_card = page.locator(f'section.card[data-target="{folder.target}"]')
-    table_card = page.locator(f'section.card[data-target="{table.target}"]')
+    table_card = page.locator(f'section.card[data-target="{TABLE}"]')  # the table's own name
     for card in (folder_card, table_card):
         assert card.locator(f'tr[data-txn="{txn_id}"]').get_attribute("data-state") \
             == "PRECOMMITTED"
@@ -505,14 +562,22 @@ def test_two_targets_one_epoch_abort_names_the_right_transaction(server, seeded,
     assert [i.state for i in table.describe(EPOCH) if i.attempt == 2] == [TxnState.PRECOMMITTED]
 
     # The table's card names the table as itself (its location beside it); once the
-    # table's attempt 2 is committed, its staged files read as the table's data files,
-    # not as leftover staging.
+    # table's attempt 2 is committed, the row shows the snapshot it made, and its staged
+    # files (the table's data files now, added in place) are not shown as staging.
     assert table_card.locator("code[data-table]").inner_text() == TABLE
+    assert table_card.locator("code[data-location]").inner_text() == table.target
+    row = table_card.locator(f'tr[data-txn="{t2.txn_id}"]')
+    assert re.fullmatch(r"\d+ / \d+(\.\d)? (B|KiB)",
+                        row.locator('td[data-col="staged"]').inner_text()), row.inner_text()
+    assert row.locator('td[data-col="version"]').inner_text() == "—"
     assert table.commit(t2).outcome == "committed"
     page.reload()
     row = table_card.locator(f'tr[data-txn="{t2.txn_id}"][data-state="COMMITTED"]')
-    assert row.locator('td[data-col="staged"]').inner_text() == "data files of the table"
+    assert row.locator('td[data-col="version"]').inner_text() == _snapshot_of(table, t2.txn_id)
+    assert row.locator('td[data-col="staged"]').inner_text() == "—"
+    assert row.locator('[data-staged="in-table"]').count() == 1
     assert folder_card.locator("code[data-table]").count() == 0
+    assert folder_card.locator('td[data-col="version"]').count() == 0
 
     # Both aborts are in Airflow's audit log, with the user, the target and the txn id.
     with settings.Session() as session:
@@ -523,7 +588,7 @@ def test_two_targets_one_epoch_abort_names_the_right_transaction(server, seeded,
     assert [(r.owner, r.dag_id, r.task_id) for r in rows] == [
         ("admin", TWO_DAG_ID, "daily.submit"), ("admin", TWO_DAG_ID, "events.submit")]
     assert [(e["target"], e["txn_id"], e["outcome"], e["via"]) for e in extras] == [
-        (table.target, txn_id, "aborted", "ui"), (folder.target, f2.txn_id, "aborted", "ui")]
+        (TABLE, txn_id, "aborted", "ui"), (folder.target, f2.txn_id, "aborted", "ui")]
     page.context.close()
 
 
@@ -560,13 +625,15 @@ def test_abort_api_needs_the_full_identity(server, seeded):
     assert r.status_code == 404, r.text
     assert (full_tree(folder), full_tree(table)) == before
 
-    # The table's attempt 1 is already aborted (by the page test, or here first).
-    body = {"epoch": EPOCH, "attempt": 1, "target": table.target, "namespace": "tpc_two"}
+    # The table's attempt 1 is already aborted (by the page test, or here first).  A
+    # table is named by its URI or by its location: the same transaction either way.
+    body = {"epoch": EPOCH, "attempt": 1, "target": TABLE, "namespace": "tpc_two"}
     first = httpx.post(abort, params=q, json=body, headers=api, timeout=120)
     assert first.status_code == 200, first.text
-    again = httpx.post(abort, params=q, json=body, headers=api, timeout=120)
+    again = httpx.post(abort, params=q, json={**body, "target": table.target}, headers=api,
+                       timeout=120)
     assert again.status_code == 200 and again.json()["outcome"] == "already aborted", again.text
-    assert again.json()["target"] == table.target and again.json()["task_id"] == "daily.submit"
+    assert again.json()["target"] == TABLE and again.json()["task_id"] == "daily.submit"
     assert [i.state for i in folder.describe(EPOCH) if i.attempt == 1] == [TxnState.PRECOMMITTED]
 
 
@@ -592,12 +659,86 @@ def test_each_commit_tasks_manifest_link_names_its_own_target(server, seeded, br
     assert r.status_code == 400 and "several targets" in r.text, r.text
 
 
+def test_table_targets_show_as_themselves(server, seeded, browser):
+    """A run writing an Iceberg and a Delta table: the run page, the target page, the
+    manifest page and /api/transactions name each table by its URI (the location beside
+    it), show the snapshot / version each commit made, and count as staged only what is
+    really staging — not a committed attempt's files, which the table took in place."""
+    ice, delta, delta_uri = seeded["iceberg"], seeded["delta"], seeded["delta_uri"]
+    ice_infos = {i.attempt: i for i in ice.describe(EPOCH)}
+    # What the ledger says: attempt 1's files are still there (snapshot 1 references them).
+    assert ice_infos[1].superseded and ice_infos[1].staging_files >= 1
+    assert ice_infos[2].staging_files >= 1 and str(ice_infos[3].state) == "PRECOMMITTED"
+    snaps = {a: _snapshot_of(ice, f"tpc_tables/{EPOCH}/{a}") for a in (1, 2)}
+    assert snaps[1] != snaps[2]
+    q = {"dag_id": TWO_DAG_ID, "run_id": TABLES_RUN_ID}
+    page = _login(browser, server, "admin")
+
+    def cells(card: Any, attempt: int) -> dict[str, str]:
+        row = card.locator(f'tr[data-txn$="/{EPOCH}/{attempt}"]')
+        return dict(row.locator("td[data-col]").evaluate_all(
+            "ts => ts.map(t => [t.dataset.col, t.innerText.trim()])"))
+
+    staged = re.compile(r"\d+ / \d+(\.\d)? (B|KiB)")
+    page.goto(f"{server}/airflow-tpc/run?dag_id={TWO_DAG_ID}&run_id={TABLES_RUN_ID}")
+    ice_card = page.locator(f'section.card[data-target="{ICEBERG}"]')
+    delta_card = page.locator(f'section.card[data-target="{delta_uri}"]')
+    assert ice_card.locator("code[data-table]").inner_text() == ICEBERG
+    assert ice_card.locator("code[data-location]").inner_text() == ice.target
+    assert delta_card.locator("code[data-table]").inner_text() == delta_uri
+    assert "Snapshot" in ice_card.locator("th").all_inner_texts()
+    assert "Version" in delta_card.locator("th").all_inner_texts()
+    for attempt in (1, 2):  # the committed attempts: their snapshots, nothing staged
+        got = cells(ice_card, attempt)
+        assert (got["version"], got["staged"]) == (snaps[attempt], "—"), got
+    got = cells(ice_card, 3)
+    assert got["version"] == "—" and staged.fullmatch(got["staged"]), got
+    got = cells(delta_card, 1)
+    assert (got["version"], got["staged"]) == ("0", "—"), got
+    assert staged.fullmatch(cells(delta_card, 2)["staged"]), cells(delta_card, 2)
+
+    page.goto(f"{server}/airflow-tpc/target?dag_id={TWO_DAG_ID}&task_id=daily.submit")
+    assert page.locator("h1 code").inner_text() == ICEBERG
+    tcard = page.locator("section.card")
+    assert tcard.get_attribute("data-target") == ICEBERG
+    assert cells(tcard, 2)["version"] == snaps[2]
+    # The Abort button of the target page names the table by its URI.
+    identity = tcard.locator("button.danger").get_attribute("data-identity")
+    assert json.loads(identity)["target"] == ICEBERG
+
+    page.goto(f"{server}/airflow-tpc/manifest?dag_id={TWO_DAG_ID}&run_id={TABLES_RUN_ID}"
+              f"&epoch={EPOCH}&attempt=2&target={ICEBERG}&namespace=tpc_tables")
+    facts = dict(zip(page.locator("dl.facts dt").all_inner_texts(),
+                     page.locator("dl.facts dd").all_inner_texts(), strict=True))
+    assert (facts["Table"], facts["Table location"], facts["Snapshot"]) == \
+        (ICEBERG, ice.target, snaps[2]), facts
+    page.context.close()
+
+    admin, _ = _session(server, "admin")
+    r = httpx.get(f"{server}/airflow-tpc/api/transactions", params=q, headers=admin,
+                  timeout=120)
+    assert r.status_code == 200, r.text
+    rows = {(t["target"], t["attempt"]): t for t in r.json()["transactions"]}
+    assert set(rows) == {(ICEBERG, 1), (ICEBERG, 2), (ICEBERG, 3), (delta_uri, 1),
+                         (delta_uri, 2)}
+    assert rows[(ICEBERG, 2)]["location"] == ice.target
+    assert rows[(ICEBERG, 2)]["snapshot_id"] == snaps[2] and rows[(ICEBERG, 2)]["in_table"]
+    assert rows[(ICEBERG, 3)]["snapshot_id"] is None and not rows[(ICEBERG, 3)]["in_table"]
+    assert rows[(delta_uri, 1)]["version"] == "0" and rows[(delta_uri, 1)]["in_table"]
+    assert rows[(delta_uri, 1)]["location"] == delta.target
+
+
 def test_run_page_fits_a_1280_px_window(server, seeded, browser):
-    """Inside Airflow's UI in a 1280 px wide window, every card's table fits its card:
-    no column (the Abort button last of all) hides behind a horizontal scroll."""
+    """Inside Airflow's UI in a 1280 px wide window, every card's table fits its card
+    (no column — the Abort button last of all — hides behind a horizontal scroll), and
+    neither the page in the iframe nor Airflow's page around it scrolls sideways: on a
+    folder run, the two-target run and the tables run (19-digit snapshot ids, long
+    table locations)."""
     page = _login(browser, server, "admin")
     page.set_viewport_size({"width": 1280, "height": 800})
-    for dag_id, run_id in ((DAG_ID, RUN_ID), (TWO_DAG_ID, TWO_RUN_ID)):
+    width = "e => [e.scrollWidth, e.clientWidth]"
+    for dag_id, run_id in ((DAG_ID, RUN_ID), (TWO_DAG_ID, TWO_RUN_ID),
+                           (TWO_DAG_ID, TABLES_RUN_ID)):
         page.goto(f"{server}/dags/{dag_id}/runs/{run_id}/plugin/tpc-run")
         frame = page.frame_locator('iframe[title="Transactions"]')
         frame.locator("section.card tbody tr").first.wait_for()
@@ -606,4 +747,11 @@ def test_run_page_fits_a_1280_px_window(server, seeded, browser):
         widths = frame.locator("section.card").first.locator("thead th").evaluate_all(
             "hs => hs.map(h => [h.innerText, h.offsetWidth])")
         assert overflow and all(s <= c for s, c in overflow), (run_id, overflow, str(widths))
+        inner = frame.locator("html").evaluate(width)
+        outer = page.locator("html").evaluate(width)
+        assert inner[0] <= inner[1] and outer[0] <= outer[1], (run_id, inner, outer)
+        # Nothing of a card's header is cut off either (the card clips what overflows).
+        clipped = frame.locator("section.card > header").evaluate_all(
+            "hs => hs.filter(h => h.scrollWidth > h.clientWidth).map(h => h.innerText)")
+        assert clipped == [], (run_id, clipped)
     page.context.close()

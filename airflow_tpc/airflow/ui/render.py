@@ -107,6 +107,16 @@ class Section:
     #: A table target's own name (``iceberg://<catalog>/<ns>.<table>``, the Delta URI):
     #: shown as what the section writes, with ``target`` as its location.
     table: str | None = None
+    #: A table's word for a commit in its history: ``snapshot_id`` (Iceberg) or
+    #: ``version`` (Delta); the rows' info carries it (``tables.history.annotate``).
+    version_key: str | None = None
+    #: Why the table's history could not be read (the versions are unknown then).
+    table_error: str | None = None
+
+    @property
+    def name(self) -> str:
+        """What the section writes, as users name it: the table URI, else the folder."""
+        return self.table or self.target
 
 
 def state_badge(info: Mapping[str, Any]) -> str:
@@ -145,21 +155,49 @@ def _abort_button(row: Row) -> str:
 
 _COLUMNS = ("State", "Epoch", "Attempt", "Files", "Rows", "Size", "Staged",
             "Started", "Decided", "Expires", "Reason", "")
+#: A table section's extra column (before "Staged"): the commit's place in the table.
+VERSION_HEADERS = {"snapshot_id": "Snapshot", "version": "Version"}
 
 
-def _staged(info: Mapping[str, Any], in_table: bool) -> str:
-    """What is still staged.  A table's committed attempt keeps its files where they
-    were staged: they *are* the table's data files now, not leftovers."""
+def _staged(info: Mapping[str, Any]) -> str:
+    """What is really still staged.  A table's committed attempt keeps its files where
+    they were staged: once its commit reached the table they *are* the table's data
+    files (``in_table``), not leftovers, and are not counted here."""
+    if info.get("in_table") and info.get("staging_files"):
+        return (f'<span class="none" data-staged="in-table" title="'
+                f'{esc(number(info.get("staging_files")))} file(s) the table took where they '
+                'were staged: data files of the table, not leftovers">—</span>')
     if not info.get("staging_files"):
         return _DASH
-    if in_table and str(info.get("state")) == "COMMITTED" and info.get("published") \
-            and not info.get("superseded"):
-        return '<span class="tag" data-staged="in-table">data files of the table</span>'
     return f"{number(info.get('staging_files'))} / {human_bytes(info.get('staging_bytes'))}"
 
 
-def _table(rows: Sequence[Row], now: float, with_owner: bool, in_table: bool = False) -> str:
+def version_cell(info: Mapping[str, Any], key: str) -> str:
+    """The snapshot (Iceberg) or version (Delta) the attempt's commit made; a decided
+    commit not yet carried into the table says so."""
+    value = info.get(key)
+    if value is not None:
+        text = str(value)
+        half = (len(text) + 1) // 2
+        # A 19-digit snapshot id may fold once, in the middle (<wbr>: copying it still
+        # gives the whole id), so the run page fits a 1280 px window.
+        shown = f"{esc(text[:half])}<wbr>{esc(text[half:])}" if len(text) > 10 else esc(text)
+        return (f'<code class="version" data-version="{esc(text)}" title="{esc(key)} '
+                f'{esc(text)}">{shown}</code>')
+    if str(info.get("state")) != "COMMITTED":
+        return _DASH
+    if not info.get("in_table"):
+        return '<span class="tag" data-version="pending">not in the table yet</span>'
+    why = info.get("table_error") or "no retained table version carries this commit " \
+                                     "(expired from the table's history)"
+    return f'<span class="none" title="{esc(why)}">—</span>'
+
+
+def _table(rows: Sequence[Row], now: float, with_owner: bool,
+           version_key: str | None = None) -> str:
     cols = list(_COLUMNS)
+    if version_key:
+        cols.insert(cols.index("Staged"), VERSION_HEADERS.get(version_key, version_key))
     if with_owner:
         cols.insert(-1, "Run")
     num = {"Attempt", "Files", "Rows", "Size"}
@@ -167,7 +205,6 @@ def _table(rows: Sequence[Row], now: float, with_owner: bool, in_table: bool = F
     body = []
     for row in rows:
         i = row.info
-        staged = _staged(i, in_table)
         cells = [
             f'<td class="state">{state_badge(i)}</td>',
             f'<td class="mono">{esc(i["epoch"])}</td>',
@@ -175,7 +212,9 @@ def _table(rows: Sequence[Row], now: float, with_owner: bool, in_table: bool = F
             f'<td class="num" data-col="files">{number(i.get("files"))}</td>',
             f'<td class="num" data-col="rows">{number(i.get("rows"))}</td>',
             f'<td class="num" data-col="bytes">{human_bytes(i.get("bytes"))}</td>',
-            f'<td class="wrap" data-col="staged">{staged}</td>',
+            *([f'<td class="version" data-col="version">{version_cell(i, version_key)}</td>']
+              if version_key else []),
+            f'<td class="wrap" data-col="staged">{_staged(i)}</td>',
             f'<td class="wrap">{age(i.get("started_at"), now)}</td>',
             f'<td class="wrap">{age(i.get("decided_at"), now)}</td>',
             f'<td class="wrap">{expiry(row, now)}</td>',
@@ -205,16 +244,20 @@ def section(sec: Section, now: float, *, with_owner: bool = False) -> str:
     links = " · ".join(f'<a href="{esc(h)}">{esc(label)}</a>' for label, h in sec.links)
     where = (f'<span class="meta">table <code data-table="{esc(sec.table)}">'
              f'{esc(sec.table)}</code></span>'
-             f'<span class="meta">location <code>{esc(sec.target)}</code></span>'
+             f'<span class="meta">location <code data-location="{esc(sec.target)}">'
+             f'{esc(sec.target)}</code></span>'
              if sec.table else f'<span class="meta">target <code>{esc(sec.target)}</code></span>')
     header = (f'<header><h2>{esc(sec.title)}</h2>{where}'
               f'<span class="meta">namespace <code>{esc(sec.namespace)}</code></span>'
               f'<span class="meta">{links}</span></header>')
     if sec.note:
         header += f'<div class="empty">{esc(sec.note)}</div>'
-    body = _table(sec.rows, now, with_owner, sec.table is not None) if sec.rows else \
+    if sec.table_error:
+        header += (f'<div class="empty warn" data-table-error>The table\'s history could not '
+                   f'be read: {esc(sec.table_error)}</div>')
+    body = _table(sec.rows, now, with_owner, sec.version_key) if sec.rows else \
         '<div class="empty">No transaction yet.</div>'
-    return f'<section class="card" data-target="{esc(sec.target)}">{header}{body}</section>'
+    return f'<section class="card" data-target="{esc(sec.name)}">{header}{body}</section>'
 
 
 def crumbs(parts: Iterable[tuple[str, str | None]]) -> str:

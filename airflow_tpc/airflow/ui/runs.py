@@ -16,6 +16,7 @@ from typing import Any
 
 from airflow_tpc import TpcError
 from airflow_tpc.airflow.ui import render as ui
+from airflow_tpc.tables import history
 
 ABORT_REASON = "aborted from the airflow-tpc UI by {user}"
 #: The event name of an abort in Airflow's audit log (the UI's *Audit Log*).
@@ -37,8 +38,10 @@ class Found:
     info: Any
 
     def identity(self) -> dict[str, Any]:
-        """What names it end to end: page buttons, links, API bodies and audit rows."""
-        return {"task_id": self.task_id, "target": self.sink.target,
+        """What names it end to end: page buttons, links, API bodies and audit rows.  A
+        table is named by its own URI (``iceberg://…``, the Delta URI), not the location
+        its sink is rooted at (:func:`resolve` takes either)."""
+        return {"task_id": self.task_id, "target": history.shown_target(self.sink),
                 "namespace": self.sink.namespace, "epoch": self.info.epoch,
                 "attempt": int(self.info.attempt), "txn_id": self.info.txn_id}
 
@@ -128,15 +131,26 @@ def info_dict(info: Any) -> dict[str, Any]:
     return info.to_dict()
 
 
+def info_dicts(sink: Any, infos: list[Any]) -> list[dict[str, Any]]:
+    """The rows of a page or of ``/api/transactions``: each attempt's facts from the
+    ledger and, for a table, the snapshot / version its commit made and whether its
+    staged files are the table's data now (``tables.history.annotate``: the table's
+    history is read once for all rows)."""
+    return history.annotate(sink, [info_dict(i) for i in infos])
+
+
 def run_transactions(dag_id: str, run_id: str) -> list[dict[str, Any]]:
-    """Every attempt this run began (all tries), with its state from the ledger."""
+    """Every attempt this run began (all tries), with its state from the ledger; a table
+    target named by its URI, its location beside it, and the snapshot / version of each
+    commit."""
     out = []
     for task_id, doc in run_docs(dag_id, run_id):
         hook = hook_for(doc)
         sink = hook.get_sink()
-        for info in hook.run_attempts(doc, dag_id, run_id):
-            out.append({"task_id": task_id, "target": sink.target, "namespace": sink.namespace,
-                        **{k: v for k, v in info.to_dict().items() if k != "owner"}})
+        for row in info_dicts(sink, list(hook.run_attempts(doc, dag_id, run_id))):
+            row.pop("owner", None)
+            out.append({"task_id": task_id, **history.where(sink), "namespace": sink.namespace,
+                        **row})
     return out
 
 
@@ -150,10 +164,15 @@ def timeout_of(sink: Any, info: Any) -> float | None:
         return None
 
 
-
-
 def _same_target(a: str, b: str) -> bool:
     return a.rstrip("/") == b.rstrip("/")
+
+
+def _names_sink(sink: Any, target: str) -> bool:
+    """Whether ``target`` names this sink: a table by its URI or by its location."""
+    table = history.table_uri(sink)
+    return _same_target(sink.target, target) or (table is not None
+                                                 and _same_target(table, target))
 
 
 def resolve(dag_id: str, run_id: str, epoch: str, attempt: int, *,
@@ -180,7 +199,7 @@ def resolve(dag_id: str, run_id: str, epoch: str, attempt: int, *,
         hook = hook_for(doc)
         sink = hook.get_sink()
         wrong = [f"{name} {value!r}" for name, value, ok in (
-            ("target", target, target is None or _same_target(sink.target, target)),
+            ("target", target, target is None or _names_sink(sink, target)),
             ("namespace", namespace, namespace is None or sink.namespace == namespace))
             if not ok]
         for info in hook.run_attempts(doc, dag_id, run_id):
@@ -190,14 +209,15 @@ def resolve(dag_id: str, run_id: str, epoch: str, attempt: int, *,
                 wrong.append(f"txn_id {txn_id!r}")
             if wrong:
                 if task_id is not None:
-                    contradicts.append(f"task {tid} began {info.txn_id} of {sink.target}, "
+                    contradicts.append(f"task {tid} began {info.txn_id} of "
+                                       f"{history.shown_target(sink)}, "
                                        f"not {' / '.join(wrong)}")
                 continue
             found.append(Found(dag_id, run_id, tid, sink, info))
     if not found and contradicts:
         raise Ambiguous(f"the request names two different transactions: {contradicts[0]}")
     if len(found) > 1:
-        which = ", ".join(f"{f.task_id} ({f.sink.target})" for f in found)
+        which = ", ".join(f"{f.task_id} ({history.shown_target(f.sink)})" for f in found)
         raise Ambiguous(f"{epoch}/{attempt} of run {run_id} is a transaction of several "
                         f"targets: {which}; name one by task_id, or target and namespace")
     return found[0] if found else None
