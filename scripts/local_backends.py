@@ -130,12 +130,17 @@ class Redis:
                             capture_output=True, text=True, timeout=60)
         if rc.returncode != 0:
             raise BackendError(f"redis-server failed: {rc.stderr.strip() or rc.stdout.strip()}")
+        # The daemon creates its pid file, then writes the pid: on a busy machine the file
+        # can be seen empty in between.  Wait for the number, not only for the file.
         deadline = time.monotonic() + 60
-        while not pidfile.exists():
+        while True:
+            with contextlib.suppress(FileNotFoundError, ValueError):
+                pid = int(pidfile.read_text())
+                break
             if time.monotonic() > deadline:
-                raise BackendError(f"redis-server wrote no pid file; see {log}")
+                raise BackendError(f"redis-server wrote no pid to {pidfile}; see {log}")
             time.sleep(0.2)
-        self.record.write_text(json.dumps({"port": port, "pid": int(pidfile.read_text())}))
+        self.record.write_text(json.dumps({"port": port, "pid": pid}))
         return self.url()
 
     def stop(self) -> None:
