@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from airflow_tpc import InvalidState, Sink, TxnState
+from airflow_tpc.tables import history
 
 ACTIONS = ("status", "abort", "recover", "expire")
 OPEN_STATES = (TxnState.OPEN, TxnState.PRECOMMITTED)
@@ -18,8 +19,10 @@ DONE_STATES = (TxnState.ABORTED, TxnState.EXPIRED)
 
 
 def status(sink: Sink, epoch: str | None = None) -> dict[str, Any]:
-    infos = [i.to_dict() for i in sink.describe(epoch)]
-    return {"target": sink.target, "namespace": sink.namespace, "transactions": infos,
+    """Every transaction; a table target named by its URI (its location beside it), each
+    commit with the snapshot / version it made (``tables.history``)."""
+    return {**history.where(sink), "namespace": sink.namespace,
+            "transactions": history.describe(sink, epoch),
             "committed_epochs": sorted(sink.committed_files(
                 [epoch] if epoch else None).keys())}
 

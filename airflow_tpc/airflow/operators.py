@@ -31,6 +31,7 @@ from airflow_tpc.airflow.base import TpcBaseOperator, tpc_template_fields
 from airflow_tpc.airflow.hooks import TXN_XCOM_KEY
 from airflow_tpc.airflow.links import ManifestLink, TransactionLink
 from airflow_tpc.faults import crashpoint
+from airflow_tpc.tables.history import table_uri
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -413,13 +414,15 @@ class CommitOperator(TpcBaseOperator):
                    "files": manifest.total_files, "bytes": manifest.total_bytes,
                    "rows": manifest.total_rows, "manifest_uri": pointer.get("manifest_uri"),
                    "rolled_forward": [list(x) for x in result.rolled_forward]}
-        # A table target: which table, and the snapshot (Iceberg) or version (Delta) the
-        # epoch's commit became, asked of the sink (None for folders, or a superseded
-        # attempt the table never took).  The location names it for lineage.
+        # A table target: named by its own URI (the transaction's target is the
+        # location its sink is rooted at, kept as "location": lineage names it), and the
+        # snapshot (Iceberg) or version (Delta) the epoch's commit became, asked of the
+        # sink (None for folders, or a superseded attempt the table never took).
         version = None
+        if self.tpc_hook.is_table:
+            summary.update(target=table_uri(self.tpc_hook.get_sink()), location=txn.target)
         if self.tpc_hook.is_table and result.outcome != "superseded":
             version = self.tpc_hook.get_sink().table_version(txn.epoch, manifest.digest)
-            summary["location"] = txn.target
         if version:
             summary.update(version)
         context["ti"].xcom_push(key=COMMIT_XCOM_KEY, value=summary)

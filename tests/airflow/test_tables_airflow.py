@@ -83,6 +83,18 @@ def test_commit_is_one_snapshot_and_the_asset_event_names_it(committed, dag):
     assert set(rows["epoch"].to_pylist()) == {"2026-04-01"}
     summary = xcom_value(DAG_ID, dr.run_id, "events.commit", "tpc_commit")
     assert summary["snapshot_id"] == extra["snapshot_id"]
+    # The commit XCom names the table by its URI; its location (where the sink is
+    # rooted, what lineage's LOCATION symlink names) is beside it, not in its place.
+    sink = _sink()
+    assert (summary["target"], summary["location"]) == (TABLE, sink.target)
+    assert sink.target.startswith("file://")
+    # The admin DAG's status (its XCom) likewise, each commit with its snapshot id.
+    from airflow_tpc.airflow import admin
+
+    status = admin.status(sink, "2026-04-01")
+    assert (status["target"], status["location"]) == (TABLE, sink.target)
+    [row] = status["transactions"]
+    assert (row["snapshot_id"], row["in_table"]) == (extra["snapshot_id"], True)
     # The Asset URI is the table URI, as Airflow's normalisation keeps it.
     from airflow.sdk import Asset
 
