@@ -371,7 +371,8 @@ class Sink:
                         "(allow_foreign_namespace=True)", self.namespace, self.target, owner)
         self._claimed = True
 
-    def _check_own(self, txn: Transaction) -> None:
+    def _check_own(self, txn: Transaction) -> Begin:
+        """The transaction's begin record, if ``txn`` is this sink's and matches it."""
         if txn.target.rstrip("/") != self.target.rstrip("/"):
             raise TpcError(f"{txn.txn_id} is for target {txn.target}, not {self.target}")
         if txn.namespace != self.namespace and not self.config.allow_foreign_namespace:
@@ -382,6 +383,7 @@ class Sink:
         if not isinstance(begin, Begin) or begin.transaction() != txn:
             raise InvalidState(f"{txn.txn_id} does not match its begin record in the ledger "
                                f"of {self.target} (stale or forged transaction)")
+        return begin
 
     def _fence(self, txn: Transaction, attempts: dict[int, AttemptRecords], verb: str) -> None:
         higher = max(attempts, default=0)
@@ -515,10 +517,11 @@ class Sink:
     def commit(self, txn: Transaction, *, expected_digest: str | None = None,
                force: bool = False) -> CommitResult:
         """Decide (one put-if-absent record), then promote.  Safe to call again."""
-        self._check_own(txn)
+        begin = self._check_own(txn)
         epoch = txn.epoch
         attempts = self.ledger.scan(epoch).get(epoch, {})
         rec = attempts.setdefault(txn.attempt, AttemptRecords({BEGIN}))
+        rec.docs.setdefault(BEGIN, begin)  # read and checked just now: not read again
         decision = self._decision(epoch, txn.attempt, rec)
         manifest: Manifest | None = None  # set when this call validated staging against it
         if decision is None:
@@ -575,6 +578,7 @@ class Sink:
             raise ManifestError(f"manifest of {txn.txn_id} in storage has digest "
                                 f"{manifest.digest}, but {expected_digest} was validated: it "
                                 "changed after pre-commit")
+        self._check_before_decision(txn, manifest)
         verify_against_storage(self.storage, self.layout.check_staging(txn.epoch, txn.attempt),
                                manifest, self.config.verify,
                                seal=self.layout.sealed(txn.epoch, txn.attempt))
@@ -590,6 +594,11 @@ class Sink:
                                  f"committer: {_state_of_decision(winner)}")  # type: ignore[arg-type]
         crashpoint("commit.after_decision")
         return manifest, winner, created
+
+    def _check_before_decision(self, txn: Transaction, manifest: Manifest) -> None:
+        """The target's own check of a sealed attempt, just before its commit is decided
+        (a table checks the sealed files against the table as it is now).  A folder
+        has none: staging is verified against the manifest next, for every target."""
 
     def _winner(self, epoch: str, attempts: dict[int, AttemptRecords]
                 ) -> tuple[int, CommitDecision] | None:

@@ -20,7 +20,10 @@ PYTHON = ROOT / ".venv-readers" / "bin" / "python"
 _SCRIPT = r'''
 import glob, json, sys, duckdb
 req = json.load(sys.stdin)
+# No progress bar: on a busy machine a scan passes its 2 s threshold, and the bar
+# would be printed to stdout before the rows.
 con = duckdb.connect()
+con.execute("SET enable_progress_bar = false")
 for name in ("avro", "iceberg", "delta", "httpfs"):
     [path] = glob.glob(f"{sys.prefix}/lib/python*/site-packages/duckdb_extension_{name}/"
                        f"extensions/v*/{name}.duckdb_extension")

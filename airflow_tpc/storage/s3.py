@@ -132,6 +132,17 @@ def _client_error_code(exc: Exception) -> str:
     return type(exc).__name__
 
 
+def _http_status(exc: Exception) -> int | None:
+    """The HTTP status of a refused request (a GET's error names its code, e.g.
+    ``AccessDenied``; a HEAD's, which has no body, only its status)."""
+    for err in (exc, exc.__cause__):
+        response = getattr(err, "response", None)
+        if response:
+            status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            return int(status) if status else None
+    return None
+
+
 def _precondition_failed(exc: BaseException) -> bool:
     """The store refused a conditional request (412): the error itself, what s3fs
     translated it from, or the one s3transfer wrapped in ``S3CopyFailedError``."""
@@ -249,7 +260,9 @@ class S3Storage(Storage):
 
     def _fail(self, op: str, path: str, exc: Exception) -> StorageError:
         code = _client_error_code(exc)
-        return StorageError(f"S3 {op} of {self.uri(path)} failed: {code}",
+        status = _http_status(exc)
+        said = code if status is None or code == str(status) else f"{code} ({status})"
+        return StorageError(f"S3 {op} of {self.uri(path)} failed: {said}",
                             denied=code in DENIED_CODES or isinstance(exc, PermissionError))
 
     # -- reading --------------------------------------------------------------
@@ -266,7 +279,11 @@ class S3Storage(Storage):
 
     def read_bytes(self, path: str) -> bytes | None:
         try:
-            return self._reread_cut_body(lambda: self.fs.cat_file(path))
+            # One GET: with its default concurrency s3fs asks for the size first (a HEAD,
+            # and on a missing key a LIST besides), to split a large body into ranges.
+            # Records and manifests are read whole; the extra round trips were half of a
+            # commit's requests.
+            return self._reread_cut_body(lambda: self.fs.cat_file(path, max_concurrency=1))
         except FileNotFoundError:
             return None
         except Exception as exc:  # noqa: BLE001 - never let a client traceback be the message

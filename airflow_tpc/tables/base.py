@@ -30,7 +30,6 @@ from urllib.parse import urlparse
 from ..errors import ManifestError, StorageError, TpcError
 from ..faults import crashpoint
 from ..ledger import TPC_DIR, Layout, Ledger
-from ..records import DECISION
 from ..sink import Sink
 from ..staging import TABLE_STATS_NAME, digest_bytes, list_staged, on_threads
 from ..transaction import CommitResult, SinkConfig, Transaction
@@ -133,12 +132,15 @@ def read_sealed_stats(storage: Storage, seal: str,
     reads the footers: an unchecked sidecar is never used)."""
     if not manifest.table_stats:
         return None
-    try:
-        raw = storage.read_bytes(storage.join(seal, TABLE_STATS_NAME))
-    except StorageError as exc:
-        log.warning("cannot read the table statistics of %s (%s); reading the footers",
-                    manifest.txn_id, exc)
-        return None
+    where = storage.uri(storage.join(seal, TABLE_STATS_NAME))
+    raw = _SEALED_STATS.get((where, manifest.table_stats))
+    if raw is None:
+        try:
+            raw = storage.read_bytes(storage.join(seal, TABLE_STATS_NAME))
+        except StorageError as exc:
+            log.warning("cannot read the table statistics of %s (%s); reading the footers",
+                        manifest.txn_id, exc)
+            return None
     if raw is None or digest_bytes(raw) != manifest.table_stats:
         log.warning("the table statistics sealed with %s (%s) are missing or changed after "
                     "pre-commit: not used, the footers are read instead", manifest.txn_id,
@@ -156,7 +158,34 @@ def read_sealed_stats(storage: Storage, seal: str,
         log.warning("the table statistics of %s do not describe its sealed files: not used",
                     manifest.txn_id)
         return None
+    _SEALED_STATS.clear()  # the last one only: a commit reads it before and after deciding
+    _SEALED_STATS[(where, manifest.table_stats)] = raw
     return doc  # type: ignore[no-any-return]
+
+
+#: The last sidecar read, by location and the sha256 its manifest names: content
+#: addressed, so a hit is exactly the bytes a read would return when it is not stale.
+_SEALED_STATS: dict[tuple[str, str], bytes] = {}
+
+
+class HandOver:
+    """The table one commit loaded for its check before the decision, handed to its
+    switch moments later instead of a second load (a catalog round trip, or a Delta
+    log read).  Safe because a table commit never trusts its base: Iceberg's asserts
+    the snapshot it was built on, Delta's conflicts on the epoch's application
+    transaction; a switch that loses that race reloads, as it always did."""
+
+    _handed: tuple[str, Any] | None = None
+
+    def hand_over(self, txn_id: str | None, table: Any) -> None:
+        self._handed = None if txn_id is None or table is None else (txn_id, table)
+
+    def take_table(self, txn_id: str) -> Any:
+        """The table handed over by ``txn_id``'s own check (once), else a fresh load."""
+        handed, self._handed = self._handed, None
+        if handed is not None and handed[0] == txn_id:
+            return handed[1]
+        return self.load_table()  # type: ignore[attr-defined]
 
 
 class TableTarget(Protocol):
@@ -176,6 +205,12 @@ class TableTarget(Protocol):
 
     def load_table(self) -> Any:
         """The table, or None if it does not exist yet (created on the first commit)."""
+
+    def hand_over(self, txn_id: str | None, table: Any) -> None:
+        """Keep ``table`` for ``txn_id``'s switch (:class:`HandOver`); None forgets it."""
+
+    def take_table(self, txn_id: str) -> Any:
+        """The table handed over for ``txn_id`` (once), else :meth:`load_table`."""
 
     def strategy(self, scope: dict[str, Any] | None = None) -> Strategy:
         """The promotion strategy whose switch is one commit of the table, replacing
@@ -401,27 +436,29 @@ class TableSink(Sink):
         return read_sealed_stats(self.storage, self.layout.sealed(txn.epoch, txn.attempt),
                                  manifest)
 
-    def commit(self, txn: Transaction, *, expected_digest: str | None = None,
-               force: bool = False) -> CommitResult:
+    def _check_before_decision(self, txn: Transaction, manifest: Manifest) -> None:
         """Check the sealed files against the table as it is now, before the decision:
         the table may have changed since pre-commit.  The check holds still, and is not
         redone, when the table is as the sealed statistics say pre-commit checked it
         (same schema, partitioning, location: :meth:`TableTarget.table_key`); the table
         commit's own requirements then refuse a change after this point.  A decided
         attempt is not checked again here (its roll-forward checks before the table
-        commit)."""
-        self._check_own(txn)
-        if self.ledger.read(txn.epoch, txn.attempt, DECISION) is None:
-            manifest = self.read_manifest(txn)
-            if manifest is not None:
-                table = self.table_target.load_table()
-                sealed = self.sealed_stats(txn, manifest)
-                if sealed is None \
-                        or sealed["table"] != self.table_target.table_key(table, self.scope):
-                    self.table_target.check_staged(
-                        self._staged_uris(txn, [f.path for f in manifest.files]), txn.epoch,
-                        table, scope=self.scope)
-        return super().commit(txn, expected_digest=expected_digest, force=force)
+        commit).  The table loaded here is handed to this commit's switch, which then
+        loads it only if its commit loses a race."""
+        table = self.table_target.load_table()
+        sealed = self.sealed_stats(txn, manifest)
+        if sealed is None or sealed["table"] != self.table_target.table_key(table, self.scope):
+            self.table_target.check_staged(
+                self._staged_uris(txn, [f.path for f in manifest.files]), txn.epoch,
+                table, scope=self.scope)
+        self.table_target.hand_over(txn.txn_id, table)
+
+    def commit(self, txn: Transaction, *, expected_digest: str | None = None,
+               force: bool = False) -> CommitResult:
+        try:
+            return super().commit(txn, expected_digest=expected_digest, force=force)
+        finally:
+            self.table_target.hand_over(None, None)  # never outlives the call
 
 
 def _placed_location(ledger_uri: str, storage_options: dict[str, Any] | None,

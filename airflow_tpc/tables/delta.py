@@ -67,6 +67,7 @@ from .base import (
     PROP_DIGEST,
     PROP_EPOCH,
     PROP_NAMESPACE,
+    HandOver,
     TableSchemaError,
     TableSink,
     commit_properties,
@@ -138,7 +139,7 @@ class TableCreatedMeanwhile(Exception):
     """Our creating commit lost to another writer's: retried on the table it made."""
 
 
-class DeltaTarget:
+class DeltaTarget(HandOver):
     """One Delta table, named by its location: ``delta+file:///path`` or
     ``delta+s3://bucket/prefix``.
 
@@ -651,7 +652,7 @@ class DeltaCommit(Strategy):
                                    manifest)
         footers: tuple[dict[str, Any], list[str]] | None = None
         for _ in range(COMMIT_RETRIES):
-            table = self.target.load_table()
+            table = self.target.take_table(manifest.txn_id)
             if table is not None:
                 seen = int(self.target._call("read the txn of", table.transaction_version,
                                              appid) or 0)

@@ -65,6 +65,7 @@ from .base import (
     PROP_EPOCH,
     PROP_NAMESPACE,
     PROP_TXN_ID,  # noqa: F401  (tests and users read it from here)
+    HandOver,
     TableLayout,  # noqa: F401  (re-exported: it lived here first)
     TableSchemaError,
     TableSink,
@@ -105,7 +106,7 @@ def _need_pyiceberg() -> None:
 _norm = norm_uri
 
 
-class IcebergTarget:
+class IcebergTarget(HandOver):
     """One Iceberg table in one catalog: ``iceberg://<catalog>/<namespace>.<table>``.
 
     ``catalog_properties`` are pyiceberg's catalog properties (``type``, ``uri``,
@@ -762,13 +763,15 @@ class IcebergSnapshot(Strategy):
                version: str | None) -> bool:
         from pyiceberg.exceptions import CommitFailedException
 
+        from .iceberg_io import on_commit_io
+
         storage = layout.storage
         uris = [storage.uri(storage.join(staging, f.path)) for f in manifest.files]
         sealed = read_sealed_stats(storage, layout.sealed(manifest.epoch, manifest.attempt),
                                    manifest)
         footers: tuple[dict[str, Any], list[str]] | None = None
         for _ in range(COMMIT_RETRIES):
-            table = self.target.load_table()
+            table = self.target.take_table(manifest.txn_id)
             if table is None:
                 footers = footers or self.target.read_footers(uris)
                 schema = self.target.check_staged(uris, manifest.epoch, None,
@@ -777,6 +780,7 @@ class IcebergSnapshot(Strategy):
                 if schema is None:
                     break  # nothing staged and no table: nothing to replace
                 table = self.target.create_table(schema, self.scope)
+            table = on_commit_io(table)
             seen = epoch_commits(table, manifest.epoch, manifest.namespace)
             done = seen.digests.get(manifest.digest)
             if done is not None and done != manifest.attempt:

@@ -11,6 +11,7 @@ staged file at all, so its requests do not grow with the number of files.
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -121,6 +122,17 @@ def test_commit_requests_are_flat_in_the_file_count(fmt, tmp_path, proxy, s3_buc
     touched = [e for e in many_log if "/part-" in e[1]]
     assert touched == [], touched[:5]
     assert few == many, (few, many, sorted(set(many_log) - set(few_log))[:20])
+    # Nothing of ours is read twice in one commit: the begin record, the manifest, the
+    # sealed statistics; nor the table's immutable manifests and manifest lists (the
+    # table is loaded once, handed from the check before the decision to the switch).
+    # The catalog's and delta-rs's own reads of table metadata are theirs to make.
+    gets = Counter(p for m, p in many_log if m == "GET" and p.strip("/").count("/")
+                   and ("/_tpc" in p or p.endswith(".avro")))
+    assert [p for p, k in gets.items() if k > 1] == []
+    # A record is read with one GET (no HEAD for its size first), and a file the
+    # commit writes is not asked about (whether it exists, its length).
+    assert [p for m, p in many_log if m == "HEAD" and ("/_tpc" in p or p.endswith(".avro"))
+            and ("GET", p) not in many_log] == []
 
 
 @pytest.mark.parametrize("fmt", ["iceberg", "delta"])
