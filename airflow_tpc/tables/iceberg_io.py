@@ -48,6 +48,9 @@ class CommitFileIO(FileIO):
             return _KnownOutput(location, self)
         return self.inner.new_output(location)  # a data file (a rewrite): streamed
 
+    def exists(self, location: str) -> bool:
+        return location in self.known or self.inner.new_input(location).exists()
+
     def delete(self, location: str | InputFile | OutputFile) -> None:
         path = location if isinstance(location, str) else location.location
         self.known.pop(path, None)
@@ -78,8 +81,7 @@ class _OnceInput(InputFile):
         return len(self._bytes())
 
     def exists(self) -> bool:
-        return self.location in self.owner.known or self.owner.inner.new_input(
-            self.location).exists()
+        return self.owner.exists(self.location)
 
     def open(self, seekable: bool = True) -> InputStream:
         return io.BytesIO(self._bytes())  # type: ignore[return-value]
@@ -95,8 +97,7 @@ class _KnownOutput(OutputFile):
         return len(data) if data is not None else len(self.owner.inner.new_input(self.location))
 
     def exists(self) -> bool:
-        return self.location in self.owner.known or self.owner.inner.new_input(
-            self.location).exists()
+        return self.owner.exists(self.location)
 
     def to_input_file(self) -> InputFile:
         return _OnceInput(self.location, self.owner)
