@@ -125,6 +125,9 @@ def start(workdir: Path) -> Seaweed:
     env = {**os.environ, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET}
     cmd = [weed_binary(), "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
            f"-bucket={LAKE}", "-master.telemetry=false",
+           # Its Lance namespace server listens on a fixed port (9101) unless disabled:
+           # a second weed (another test worker, a benchmark) could not start beside.
+           "-s3.port.lance=0",
            *(f"-{name}={port}" for name, port in ports.items())]
     with open(log, "wb") as out:
         process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,

@@ -109,8 +109,9 @@ def spark():
 
 def duckdb_ids(table, epoch: str | None = None) -> list[int]:
     """The ``id`` column (of one epoch) of a pyiceberg table's current snapshot as
-    DuckDB's own reader sees it (tests/duckdb_readers.py: ``iceberg_scan`` of the
-    metadata file the catalog points at), sorted."""
+    DuckDB's own reader sees it (tests/duckdb_readers.py), sorted: a table of a REST
+    catalog through DuckDB's ``ATTACH`` of that catalog, as an engine reads it; any
+    other through ``iceberg_scan`` of the metadata file the catalog points at."""
     from tests.duckdb_readers import duckdb_rows
 
     props = table.io.properties
@@ -121,5 +122,14 @@ def duckdb_ids(table, epoch: str | None = None) -> list[int]:
     if table.current_snapshot() is None:
         return []
     columns = ["id"] if epoch is None else ["id", "epoch"]
-    rows = duckdb_rows("iceberg", table.metadata_location, columns, s3)
+    cat = table.catalog.properties
+    rest = None
+    if cat.get("type") == "rest":
+        client_id, _, client_secret = cat["credential"].partition(":")
+        rest = {"endpoint": cat["uri"], "warehouse": cat["warehouse"],
+                "client_id": client_id, "client_secret": client_secret,
+                "oauth2_server_uri": cat.get("oauth2-server-uri")
+                or f"{cat['uri'].rstrip('/')}/v1/oauth/tokens",
+                "table": ".".join(table.name())}
+    rows = duckdb_rows("iceberg", table.metadata_location, columns, s3, rest)
     return sorted(r[0] for r in rows if epoch is None or r[1] == epoch)
