@@ -123,24 +123,28 @@ def _is_cut_body(exc: BaseException) -> bool:
 DENIED_CODES = ("AccessDenied", "403", "Forbidden", "AllAccessDisabled")
 
 
-def _client_error_code(exc: Exception) -> str:
-    # s3fs turns a ClientError into OSError & co. and keeps it as the __cause__.
+def _error_response(exc: Exception) -> dict[str, Any] | None:
+    """The S3 error response behind ``exc``: s3fs turns a ClientError into OSError & co.
+    and keeps it as the ``__cause__``."""
     for err in (exc, exc.__cause__):
         response = getattr(err, "response", None)
         if response:
-            return str(response.get("Error", {}).get("Code", type(exc).__name__))
-    return type(exc).__name__
+            return response  # type: ignore[no-any-return]
+    return None
+
+
+def _client_error_code(exc: Exception) -> str:
+    response = _error_response(exc)
+    if response is None:
+        return type(exc).__name__
+    return str(response.get("Error", {}).get("Code", type(exc).__name__))
 
 
 def _http_status(exc: Exception) -> int | None:
     """The HTTP status of a refused request (a GET's error names its code, e.g.
     ``AccessDenied``; a HEAD's, which has no body, only its status)."""
-    for err in (exc, exc.__cause__):
-        response = getattr(err, "response", None)
-        if response:
-            status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            return int(status) if status else None
-    return None
+    status = (_error_response(exc) or {}).get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return int(status) if status else None
 
 
 def _precondition_failed(exc: BaseException) -> bool:
