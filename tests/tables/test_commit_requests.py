@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_tpc.faults import armed
 from airflow_tpc.records import DECISION
 from airflow_tpc.staging import TABLE_STATS_NAME
 from airflow_tpc.tables import DeltaSink, IcebergSink, open_sink
@@ -133,6 +134,53 @@ def test_commit_requests_are_flat_in_the_file_count(fmt, tmp_path, proxy, s3_buc
     # commit writes is not asked about (whether it exists, its length).
     assert [p for m, p in many_log if m == "HEAD" and ("/_tpc" in p or p.endswith(".avro"))
             and ("GET", p) not in many_log] == []
+
+
+@pytest.mark.parametrize("fmt", ["iceberg", "delta"])
+def test_a_commit_loads_its_table_once_unless_it_loses_a_race(fmt, tmp_path, proxy,
+                                                              s3_bucket):
+    """The table the check before the decision loaded is handed to the switch (one
+    catalog round trip, or one Delta log read, per commit).  A table changed between
+    the two (a foreign append) still makes the switch's commit lose its race and load
+    again: the handed table is never trusted for more than a base."""
+    sink = _sink(fmt, tmp_path, proxy, s3_bucket, "loads")
+    txn, _ = _stage(sink, "2026-01-01", 1)
+    assert sink.commit(txn).outcome == "committed"
+    txn, _ = _stage(sink, "2026-01-02", 2)
+    sink = _sink(fmt, tmp_path, proxy, s3_bucket, "loads")
+    real, loads = sink.table_target.load_table, []
+    sink.table_target.load_table = lambda *a, **k: loads.append(1) or real(*a, **k)
+    assert sink.commit(txn).outcome == "committed"
+    assert len(loads) == 1
+    assert sink.table_target.take_table(txn.txn_id) is not None and len(loads) == 2  # gone
+
+    # A foreign append between the check and the switch: the switch's commit on the
+    # handed (now stale) table loses, reloads, and the epoch still lands once.
+    txn, _ = _stage(sink, "2026-01-03", 1)
+    loads.clear()
+
+    def foreign_append(_name: str) -> None:
+        other = rows("2026-01-09", [900])
+        if fmt == "iceberg":
+            real().append(other)
+        else:
+            from deltalake import write_deltalake
+
+            write_deltalake(sink.table_target._table_uri(), other, mode="append",
+                            partition_by=["epoch"],
+                            storage_options=sink.table_target._delta_options)
+
+    with armed("commit.after_decision", foreign_append):
+        assert sink.commit(txn).outcome == "committed"
+    if fmt == "iceberg":  # the snapshot it was built on is asserted: lost, reloaded
+        assert len(loads) == 2
+    # (Delta resolves a foreign append to another partition as no conflict.)
+    table = sink.table_target.pyarrow_dataset().to_table() if fmt == "delta" \
+        else real().scan().to_arrow()
+    got = sorted(zip(table["epoch"].to_pylist(), table["id"].to_pylist(), strict=True))
+    assert got == [("2026-01-01", 0), ("2026-01-01", 1), ("2026-01-02", 0), ("2026-01-02", 1),
+                   ("2026-01-02", 10), ("2026-01-02", 11), ("2026-01-03", 0),
+                   ("2026-01-03", 1), ("2026-01-09", 900)]
 
 
 @pytest.mark.parametrize("fmt", ["iceberg", "delta"])
