@@ -61,6 +61,11 @@ class InvalidState(TpcError):
     """The requested verb is not allowed in the transaction's current state."""
 
 
+class GroupMemberError(InvalidState):
+    """A target's attempt belongs to a group transaction: only the group's decision
+    decides it (commit or abort the group, :class:`airflow_tpc.group.Group`)."""
+
+
 class PlacementError(TpcError):
     """The target would lie inside, contain, or be named like another target's machinery
     (see :mod:`airflow_tpc.placement`)."""

@@ -52,6 +52,10 @@ class Begin(Transaction):
     number fences every lower one."""
 
     owner: dict[str, Any] = field(default_factory=dict, compare=False)
+    #: A member of a group transaction (``airflow_tpc.group``): ``{"uri": the group's
+    #: folder, "member": its name in the group}``.  Such an attempt is decided only by
+    #: its group's decision, never on its own.
+    group: dict[str, Any] | None = field(default=None, compare=False)
 
     def transaction(self) -> Transaction:
         """The plain transaction (what operators pass around), without the owner."""
@@ -177,9 +181,13 @@ def parse_record(kind: str, doc: dict[str, Any], *, epoch: str, attempt: int, ta
                 or doc["timeout_s"] <= 0:
             raise bad("has no valid started_at/timeout_s")
         owner = doc.get("owner")
+        group = doc.get("group")
+        if group is not None and not (isinstance(group, dict) and isinstance(
+                group.get("uri"), str) and isinstance(group.get("member"), str)):
+            raise bad(f"names a malformed group {group!r}")
         return Begin(doc["namespace"], doc["target"], epoch, attempt, staging_uri,
                      float(doc["started_at"]), float(doc["timeout_s"]),
-                     owner if isinstance(owner, dict) else {})
+                     owner if isinstance(owner, dict) else {}, group)
     if kind == DECISION:
         outcome = doc.get("outcome")
         if outcome == "abort":

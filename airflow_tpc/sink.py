@@ -9,6 +9,7 @@ No Airflow import: operators, the CLI and Spark jobs all drive this class.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -22,6 +23,7 @@ from . import promote as _promote
 from .errors import (
     CommitConflict,
     FencedError,
+    GroupMemberError,
     InvalidState,
     LedgerError,
     ManifestError,
@@ -244,26 +246,41 @@ class Sink:
         Refused before anything is listed or handed out when the target is placed in or
         named like another target's machinery (:mod:`airflow_tpc.placement`), or when a
         folder down to the epoch's staging is a link (as pre-commit would refuse it)."""
+        attempt = self._prepare_begin(epoch) + 1
+        for _ in range(1000):
+            txn = self._try_begin(epoch, attempt, owner)
+            if txn is not None:
+                return txn
+            attempt += 1  # another begin raced us to this number; take the next
+        raise TpcError(f"could not allocate an attempt for epoch {epoch}")  # pragma: no cover
+
+    def _prepare_begin(self, epoch: str) -> int:
+        """Everything a begin checks before it writes its record (placement, the claim,
+        real folders down to the epoch's staging); the highest attempt seen so far."""
         check_epoch(epoch)
         check_name(self.storage, self._root)
         self._claim_namespace()
         self.storage.check_real_dirs(self.layout.staging_base, self.storage.join(
             self.layout.staging_root, f"epoch={epoch}"))
-        attempt = self._highest_attempt_seen(epoch) + 1
+        return self._highest_attempt_seen(epoch)
+
+    def _try_begin(self, epoch: str, attempt: int, owner: dict[str, Any] | None,
+                   group: dict[str, Any] | None = None) -> Transaction | None:
+        """Write ``begin.json`` of (epoch, attempt) once; None when that number is taken.
+        ``group``: the attempt is a member of a group transaction (``airflow_tpc.group``)."""
         owner = dict(owner or {})
         owner.setdefault("host", socket.gethostname())
         owner.setdefault("pid", os.getpid())
-        for _ in range(1000):
-            txn = Transaction(self.namespace, self.target, epoch, attempt,
-                              self.storage.uri(self.layout.staging(epoch, attempt)),
-                              time.time(), float(self.config.timeout_s))
-            doc = {**txn.to_dict(), "owner": owner, "nonce": uuid.uuid4().hex}
-            created, _ = self.ledger.create_or_get(epoch, attempt, BEGIN, doc)
-            if created:
-                log.info("began %s (staging %s)", txn.txn_id, txn.staging_uri)
-                return txn
-            attempt += 1  # another begin raced us to this number; take the next
-        raise TpcError(f"could not allocate an attempt for epoch {epoch}")  # pragma: no cover
+        txn = Transaction(self.namespace, self.target, epoch, attempt,
+                          self.storage.uri(self.layout.staging(epoch, attempt)),
+                          time.time(), float(self.config.timeout_s))
+        doc = {**txn.to_dict(), "owner": owner, "nonce": uuid.uuid4().hex,
+               **({"group": group} if group else {})}
+        created, _ = self.ledger.create_or_get(epoch, attempt, BEGIN, doc)
+        if not created:
+            return None
+        log.info("began %s (staging %s)", txn.txn_id, txn.staging_uri)
+        return txn
 
     def _highest_attempt_seen(self, epoch: str) -> int:
         """The highest attempt of ``epoch`` visible anywhere: ledger, staging, marker.
@@ -524,6 +541,11 @@ class Sink:
         rec.docs.setdefault(BEGIN, begin)  # read and checked just now: not read again
         decision = self._decision(epoch, txn.attempt, rec)
         manifest: Manifest | None = None  # set when this call validated staging against it
+        if decision is None and begin.group is not None:
+            raise GroupMemberError(
+                f"commit refused for {txn.txn_id}: it is member {begin.group['member']!r} of "
+                f"group transaction {begin.group['uri']} (attempt {txn.attempt}), decided only "
+                "with its group: commit the group (airflow_tpc.group.Group.commit).")
         if decision is None:
             try:
                 manifest, decision, won_race = self._decide_commit(txn, attempts,
@@ -559,6 +581,22 @@ class Sink:
                        expected_digest: str | None, force: bool
                        ) -> tuple[Manifest, CommitDecision, bool]:
         """Validate staging and write the decision; True if this call made it."""
+        manifest, decision = self._validate_commit(txn, attempts, expected_digest, force)
+        crashpoint("commit.before_decision")
+        created, winner = self.ledger.create_or_get(txn.epoch, txn.attempt, DECISION,
+                                                    decision.to_doc(manifest))
+        if not isinstance(winner, CommitDecision) or winner.manifest_digest != manifest.digest:
+            raise CommitConflict(f"{txn.txn_id} was decided concurrently by another "
+                                 f"committer: {_state_of_decision(winner)}")  # type: ignore[arg-type]
+        crashpoint("commit.after_decision")
+        return manifest, winner, created
+
+    def _validate_commit(self, txn: Transaction, attempts: dict[int, AttemptRecords],
+                         expected_digest: str | None, force: bool
+                         ) -> tuple[Manifest, CommitDecision]:
+        """Everything a commit checks before its decision (fencing, expiry, the sealed
+        manifest, the target's own check, staging against the manifest), and the
+        decision it would write.  A group runs it for every member before deciding."""
         self._fence(txn, attempts, "commit")
         if txn.expired():
             if not force:
@@ -582,18 +620,37 @@ class Sink:
         verify_against_storage(self.storage, self.layout.check_staging(txn.epoch, txn.attempt),
                                manifest, self.config.verify,
                                seal=self.layout.sealed(txn.epoch, txn.attempt))
-        decision = CommitDecision.for_manifest(
+        return manifest, CommitDecision.for_manifest(
             manifest, decided_at=time.time(), mode=self.config.promotion,
             verify=self.config.verify, forced=bool(force and txn.expired()),
             scope=self._decision_scope())
-        crashpoint("commit.before_decision")
-        created, winner = self.ledger.create_or_get(txn.epoch, txn.attempt, DECISION,
-                                                    decision.to_doc(manifest))
-        if not isinstance(winner, CommitDecision) or winner.manifest_digest != manifest.digest:
-            raise CommitConflict(f"{txn.txn_id} was decided concurrently by another "
-                                 f"committer: {_state_of_decision(winner)}")  # type: ignore[arg-type]
-        crashpoint("commit.after_decision")
-        return manifest, winner, created
+
+    def _commit_member(self, epoch: str, attempt: int, doc: dict[str, Any],
+                       known: Manifest | None = None) -> int | None:
+        """Carry out a group's commit decision on this member target: write the member's
+        own decision (``doc``, recorded in the group's decision) once, then finish the
+        epoch as any commit does.  Idempotent; the winning attempt of the epoch."""
+        attempts = self.ledger.scan(epoch).get(epoch, {})
+        rec = attempts.setdefault(attempt, AttemptRecords())
+        if DECISION not in rec.kinds:
+            _, winner = self.ledger.create_or_get(epoch, attempt, DECISION, doc)
+            rec.kinds.add(DECISION)
+            rec.docs[DECISION] = winner
+        decision = self._decision(epoch, attempt, rec)
+        if not isinstance(decision, CommitDecision) \
+                or decision.manifest_digest != doc["manifest_digest"]:
+            raise LedgerError(
+                f"{self.storage.uri(self.layout.record(epoch, attempt, DECISION))} does not "
+                f"carry its group's commit of manifest {doc['manifest_digest']} (it is "
+                f"{_state_of_decision(decision) if decision else 'missing'}): the ledger was "
+                "changed outside airflow-tpc. Nothing was promoted on its account.")
+        won = self._finish_epoch(epoch, attempts, known=known)
+        self._roll_forward_pending(epoch, attempts)
+        return won
+
+    def _release(self) -> None:
+        """Drop what one commit kept between its check and its switch (tables: the
+        loaded table); a group calls it after committing its members."""
 
     def _check_before_decision(self, txn: Transaction, manifest: Manifest) -> None:
         """The target's own check of a sealed attempt, just before its commit is decided
@@ -705,8 +762,10 @@ class Sink:
                 continue
             odecision = self._decision(epoch, other, orec)
             if odecision is None:
-                self._abort(epoch, other, f"superseded by committed attempt {attempt}",
-                            best_effort=True)
+                # A group member's is left to its group (group recover aborts it).
+                with contextlib.suppress(GroupMemberError):
+                    self._abort(epoch, other, f"superseded by committed attempt {attempt}",
+                                best_effort=True)
             elif isinstance(odecision, AbortDecision):
                 # Aborted earlier, perhaps by a try that died before removing staging.
                 if self._remove_aborted(epoch, other, odecision, best_effort=True):
@@ -835,14 +894,22 @@ class Sink:
         return self._abort(txn.epoch, txn.attempt, reason)
 
     def _abort(self, epoch: str, attempt: int, reason: str, expired: bool = False,
-               best_effort: bool = False) -> bool:
+               best_effort: bool = False, by_group: bool = False) -> bool:
         """Record the abort decision, then remove staging (``best_effort``: see
         :meth:`_clean_staging`; an explicit abort raises, so its caller retries).
+        A group member's attempt is aborted only ``by_group`` (its group decided so):
+        otherwise :class:`GroupMemberError`, and nothing is written.
 
         Throwing away a complete pre-committed attempt is never quiet: a WARNING
         names what is discarded (see :meth:`_discarded`).
         """
         begin = self.ledger.read(epoch, attempt, BEGIN)
+        if isinstance(begin, Begin) and begin.group is not None and not by_group \
+                and self.ledger.read(epoch, attempt, DECISION) is None:
+            raise GroupMemberError(
+                f"abort refused for {self.namespace}/{epoch}/{attempt}: it is member "
+                f"{begin.group['member']!r} of group transaction {begin.group['uri']}, "
+                "decided only with its group: abort the group (airflow_tpc.group.Group.abort)")
         doc = AbortDecision(reason, expired, time.time()).to_doc(
             begin.namespace if isinstance(begin, Begin) else self.namespace, self.target,
             epoch, attempt)
@@ -945,6 +1012,11 @@ class Sink:
                 started = begin.started_at if isinstance(begin, Begin) else now
                 timeout = begin.timeout_s if isinstance(begin, Begin) else self.config.timeout_s
                 abort = self._abort if not dry_run else _no_abort
+                if isinstance(begin, Begin) and begin.group is not None:
+                    log.info("%s/%s/%d is undecided and a member of group %s: its group's "
+                             "recover decides it", self.namespace, epoch, attempt,
+                             begin.group["uri"])
+                    continue
                 if attempt < top:
                     abort(epoch, attempt, f"superseded by attempt {top}")
                     report.aborted.append((epoch, attempt, "superseded"))

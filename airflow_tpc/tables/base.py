@@ -357,11 +357,12 @@ class TableSink(Sink):
                     f"(at {self.table_location}); give each table its own ledger_uri")
         super()._adopt(claim)
 
-    def begin(self, epoch: str, owner: dict[str, Any] | None = None) -> Transaction:
-        """The core's begin; where the store refuses airflow-tpc's own files inside the
-        table's location (managed table storage), one error says to set ``ledger_uri``."""
+    def _prepare_begin(self, epoch: str) -> int:
+        """The core's checks before a begin (its first write is the claim); where the
+        store refuses airflow-tpc's own files inside the table's location (managed
+        table storage), one error says to set ``ledger_uri``."""
         try:
-            return super().begin(epoch, owner)
+            return super()._prepare_begin(epoch)
         except StorageError as exc:
             if self.ledger_apart or not exc.denied:
                 raise
@@ -458,7 +459,10 @@ class TableSink(Sink):
         try:
             return super().commit(txn, expected_digest=expected_digest, force=force)
         finally:
-            self.table_target.hand_over(None, None)  # never outlives the call
+            self._release()
+
+    def _release(self) -> None:
+        self.table_target.hand_over(None, None)  # never outlives the commit
 
 
 def _placed_location(ledger_uri: str, storage_options: dict[str, Any] | None,

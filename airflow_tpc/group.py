@@ -1,0 +1,630 @@
+"""One epoch, many targets: a group transaction with one decision record.
+
+Kafka's transaction coordinator, for batch epochs.  A group writes one epoch of
+several targets (folders, Iceberg and Delta tables, mixed) as one transaction:
+every member is begun with the same attempt number and sealed as a single target
+is; then **one** put-if-absent decision record in the group's own folder commits
+all of them or none.  Each member's own decision is a copy of that record, written
+only after it; each member's switch is then rolled forward from it, idempotently,
+by the commit or by :meth:`Group.recover`.  A member's attempt is never decided on
+its own: its target's abort refuses it, and its target's recover leaves it to the
+group (:class:`~airflow_tpc.errors.GroupMemberError`).
+
+The group's folder ``G`` (any folder or bucket prefix apart from every target)::
+
+    G/_tpc/group.json                                   the group: namespace, members
+    G/_tpc/ledger/epoch=E/attempt=NNNNNN/begin.json      the group attempt began
+    G/_tpc/ledger/epoch=E/attempt=NNNNNN/decision.json   THE COMMIT POINT of every member
+    G/_tpc/ledger/epoch=E/attempt=NNNNNN/published.json  every member switched
+    G/_tpc/ledger/epoch=E/attempt=NNNNNN/closed.json     every member's abort carried out
+    G/_tpc/pending/...                                   as a target's (PROTOCOL.md §5.8)
+
+Readers that ask for the group's consistent cut (:meth:`Group.stable_epochs`,
+:meth:`Group.committed_files`) see an epoch only when its winning group attempt
+is published on every member, as Kafka's read_committed consumers stop at the last
+stable offset.  docs/PROTOCOL.md §14 has the records and the crash table.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import (
+    CommitConflict,
+    FencedError,
+    InvalidState,
+    LedgerError,
+    NamespaceConflict,
+    TpcError,
+    TransactionExpired,
+)
+from .faults import crashpoint
+from .ledger import (
+    TPC_DIR,
+    AttemptRecords,
+    Layout,
+    Ledger,
+    check_attempt,
+    check_epoch,
+    epoch_sort_key,
+)
+from .manifest import Manifest
+from .records import BEGIN, CLOSED, DECISION, PUBLISHED, Begin, Fact
+from .sink import Sink
+from .storage import open_storage
+from .transaction import Transaction
+
+log = logging.getLogger("airflow_tpc")
+
+GROUP_FORMAT = "airflow-tpc-group"
+GROUP_BEGIN_FORMAT = "airflow-tpc-group-begin"
+GROUP_DECISION_FORMAT = "airflow-tpc-group-decision"
+#: Member names: what ``txn.output_uri(name)`` and the Airflow task group use.
+MEMBER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+
+
+@dataclass(frozen=True)
+class GroupTransaction:
+    """One attempt at one epoch of a group: a member transaction per target, all with
+    the group's attempt number (the fencing number of every member)."""
+
+    namespace: str
+    group: str
+    epoch: str
+    attempt: int
+    started_at: float
+    timeout_s: float
+    members: dict[str, Transaction] = field(compare=False)
+
+    @property
+    def txn_id(self) -> str:
+        return f"{self.namespace}/{self.epoch}/{self.attempt}"
+
+    def member(self, name: str) -> Transaction:
+        try:
+            return self.members[name]
+        except KeyError:
+            raise TpcError(f"group {self.group} has no member {name!r} (members: "
+                           f"{', '.join(sorted(self.members))})") from None
+
+    def age(self, now: float | None = None) -> float:
+        return (time.time() if now is None else now) - self.started_at
+
+    def expired(self, now: float | None = None) -> bool:
+        return self.age(now) > self.timeout_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"namespace": self.namespace, "group": self.group, "epoch": self.epoch,
+                "attempt": self.attempt, "started_at": self.started_at,
+                "timeout_s": self.timeout_s,
+                "members": {n: t.to_dict() for n, t in sorted(self.members.items())}}
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> GroupTransaction:
+        try:
+            return cls(str(doc["namespace"]), str(doc["group"]), check_epoch(doc["epoch"]),
+                       check_attempt(doc["attempt"]), float(doc["started_at"]),
+                       float(doc["timeout_s"]),
+                       {str(n): Transaction.from_dict(t) for n, t in doc["members"].items()})
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise TpcError(f"not a group transaction description: missing or bad {exc}") \
+                from None
+
+
+@dataclass(frozen=True)
+class GroupCommit:
+    """The group's ``decision.json`` with outcome commit: each member's own decision
+    record, to be written on that member exactly as decided."""
+
+    decided_at: float
+    members: dict[str, dict[str, Any]]
+
+    outcome = "commit"
+
+
+@dataclass(frozen=True)
+class GroupAbort:
+    reason: str
+    expired: bool
+    decided_at: float
+
+    outcome = "abort"
+
+
+@dataclass
+class GroupCommitResult:
+    txn: GroupTransaction
+    outcome: str  # "committed" | "already_committed"
+    #: member -> the attempt its target now publishes for the epoch
+    published: dict[str, int | None]
+    rolled_forward: list[tuple[str, int]] = field(default_factory=list)
+
+
+@dataclass
+class GroupRecoveryReport:
+    rolled_forward: list[tuple[str, int]] = field(default_factory=list)
+    aborted: list[tuple[str, int, str]] = field(default_factory=list)
+    errors: list[tuple[str, int, str]] = field(default_factory=list)
+
+
+class GroupLedger(Ledger):
+    """A target's ledger machinery (put-if-absent records, listings, the pending index)
+    over the group's folder, with the group's own records."""
+
+    def __init__(self, storage: Any, root: str) -> None:
+        super().__init__(Layout(storage, root, storage.join(root, TPC_DIR, "no-staging")))
+
+    def _parse(self, epoch: str, attempt: int, kind: str, doc: dict[str, Any]) -> Any:
+        where = self.storage.uri(self.layout.record(epoch, attempt, kind))
+        return parse_group_record(kind, doc, epoch=epoch, attempt=attempt, group=self.target,
+                                  where=where)
+
+
+def parse_group_record(kind: str, doc: dict[str, Any], *, epoch: str, attempt: int,
+                       group: str, where: str) -> Any:
+    """The typed record of a group's ledger, checked against the folder it lies in."""
+    def bad(why: str) -> LedgerError:
+        return LedgerError(f"group ledger record {where} {why}; it was edited, copied from "
+                           "elsewhere or damaged. Nothing was decided or promoted on its "
+                           "account: restore the original record and retry.")
+
+    if kind in (BEGIN, DECISION) and (
+            doc.get("epoch") != epoch or doc.get("attempt") != attempt
+            or str(doc.get("group", "")).rstrip("/") != group.rstrip("/")
+            or not isinstance(doc.get("namespace"), str)):
+            raise bad(f"names group {doc.get('group')!r} epoch {doc.get('epoch')!r} attempt "
+                      f"{doc.get('attempt')!r}, not this one")
+    if kind == BEGIN:
+        members = doc.get("members")
+        if doc.get("format") != GROUP_BEGIN_FORMAT or not isinstance(members, dict) \
+                or not members:
+            raise bad("is not a group begin record")
+        try:
+            txns = {str(n): Transaction.from_dict(t) for n, t in members.items()}
+            return GroupTransaction(doc["namespace"], doc["group"], epoch, attempt,
+                                    float(doc["started_at"]), float(doc["timeout_s"]), txns)
+        except (TpcError, KeyError, TypeError, ValueError) as exc:
+            raise bad(f"has a malformed member or time ({exc})") from None
+    if kind == DECISION:
+        if doc.get("format") != GROUP_DECISION_FORMAT or doc.get("version") != 1:
+            raise bad(f"has an unknown format/version {doc.get('format')!r}/"
+                      f"{doc.get('version')!r}")
+        decided = float(doc["decided_at"]) if isinstance(doc.get("decided_at"), (int, float)) \
+            else 0.0
+        if doc.get("outcome") == "abort":
+            return GroupAbort(str(doc.get("reason", "")), doc.get("expired") is True, decided)
+        members = doc.get("members")
+        if doc.get("outcome") != "commit" or not isinstance(members, dict) or not members \
+                or not all(isinstance(m, dict) and isinstance(m.get("manifest_digest"), str)
+                           for m in members.values()):
+            raise bad("is neither a valid commit nor an abort")
+        return GroupCommit(decided, members)
+    if kind in (PUBLISHED, CLOSED):
+        return Fact(kind, doc)
+    raise bad(f"is of an unknown kind {kind!r}")
+
+
+class Group:
+    """Several targets written as one transaction per epoch (all or nothing).
+
+    >>> group = Group({"events": Sink("s3://lake/events", "etl"),
+    ...                "daily": open_sink("iceberg://...", "etl")},
+    ...               uri="s3://lake/_tpc_groups/etl")
+    >>> gtxn = group.begin("2026-11-20")   # gtxn.member("events").staging_uri, ...
+    >>> group.precommit(gtxn)             # seal every member
+    >>> group.commit(gtxn)                # one decision, then each member switches
+    """
+
+    def __init__(self, sinks: Mapping[str, Sink], uri: str, *,
+                 storage_options: dict[str, Any] | None = None,
+                 timeout_s: float | None = None) -> None:
+        if not sinks:
+            raise TpcError("a group needs at least one member target")
+        for name in sinks:
+            if not isinstance(name, str) or not MEMBER_RE.fullmatch(name):
+                raise TpcError(f"invalid member name {name!r}: letters, digits, '_' and "
+                               "'-', starting with a letter or digit, at most 64")
+        namespaces = {s.namespace for s in sinks.values()}
+        if len(namespaces) != 1:
+            raise NamespaceConflict(f"the members of a group share one namespace; got "
+                                    f"{sorted(namespaces)}")
+        self.namespace = namespaces.pop()
+        self.sinks = dict(sorted(sinks.items()))
+        storage, root = open_storage(uri, storage_options)
+        self.storage = storage
+        self.uri = storage.uri(root).rstrip("/")
+        targets = [s.target.rstrip("/") for s in self.sinks.values()]
+        if len(set(targets)) != len(targets):
+            raise TpcError("two members of a group name the same target")
+        for target in targets:
+            if self.uri == target or self.uri.startswith(target + "/") \
+                    or target.startswith(self.uri + "/"):
+                raise TpcError(f"the group's folder {self.uri} and the target {target} lie "
+                               "inside one another; give the group a folder of its own")
+        self.timeout_s = float(timeout_s if timeout_s is not None
+                               else min(s.config.timeout_s for s in self.sinks.values()))
+        self.ledger = GroupLedger(storage, root)
+        self._claimed = False
+
+    def __repr__(self) -> str:
+        return f"Group({self.uri!r}, members={sorted(self.sinks)})"
+
+    # ------------------------------------------------------------------ claim
+    def _claim(self) -> None:
+        """``group.json``: a group's namespace and members never change (a new set of
+        targets is a new group), so every attempt's members are the same targets."""
+        if self._claimed:
+            return
+        doc = {"format": GROUP_FORMAT, "version": 1, "namespace": self.namespace,
+               "members": {n: s.target for n, s in self.sinks.items()}}
+        path = self.storage.join(self.ledger.layout.root, TPC_DIR, "group.json")
+        if not self.storage.put_if_absent(path, Ledger.encode(doc)):
+            have = Ledger.decode_at(self.storage, path, self.storage.read_bytes(path)) or {}
+            if have.get("namespace") != doc["namespace"]:
+                raise NamespaceConflict(f"group {self.uri} belongs to namespace "
+                                        f"{have.get('namespace')!r}, not {self.namespace!r}")
+            if {n: str(t).rstrip("/") for n, t in (have.get("members") or {}).items()} != \
+                    {n: t.rstrip("/") for n, t in doc["members"].items()}:
+                raise TpcError(f"group {self.uri} was created with members "
+                               f"{have.get('members')}, not {doc['members']}: a group's "
+                               "members never change; give the new set its own group folder")
+        self._claimed = True
+
+    # ------------------------------------------------------------------ begin
+    def begin(self, epoch: str, owner: dict[str, Any] | None = None) -> GroupTransaction:
+        """A new group attempt: the group's record first, then each member's begin with
+        the same number (above every attempt any member or the group has seen)."""
+        check_epoch(epoch)
+        self._claim()
+        owner = {"host": socket.gethostname(), "pid": os.getpid(), **(owner or {})}
+        attempt = max([max(self.ledger.scan(epoch).get(epoch, {}), default=0)]
+                      + [s._prepare_begin(epoch) for s in self.sinks.values()]) + 1
+        for _ in range(1000):
+            gtxn = self._try_begin(epoch, attempt, owner)
+            if gtxn is not None:
+                return gtxn
+            attempt += 1
+        raise TpcError(f"could not allocate a group attempt for epoch {epoch}")  # pragma: no cover
+
+    def _try_begin(self, epoch: str, attempt: int,
+                   owner: dict[str, Any]) -> GroupTransaction | None:
+        planned = {n: s.storage.uri(s.layout.staging(epoch, attempt))
+                   for n, s in self.sinks.items()}
+        now = time.time()
+        doc = {"format": GROUP_BEGIN_FORMAT, "version": 1, "namespace": self.namespace,
+               "group": self.uri, "epoch": epoch, "attempt": attempt, "started_at": now,
+               "timeout_s": self.timeout_s, "owner": owner, "nonce": uuid.uuid4().hex,
+               "members": {n: Transaction(self.namespace, s.target, epoch, attempt,
+                                          planned[n], now, s.config.timeout_s).to_dict()
+                           for n, s in self.sinks.items()}}
+        created, _ = self.ledger.create_or_get(epoch, attempt, BEGIN, doc)
+        if not created:
+            return None  # another group begin took the number
+        members: dict[str, Transaction] = {}
+        for name, sink in self.sinks.items():
+            crashpoint("group.begin.before_member")
+            txn = sink._try_begin(epoch, attempt, owner, {"uri": self.uri, "member": name})
+            if txn is None:
+                # The number is taken on that target (a writer outside this group):
+                # this group attempt can never commit; decide so, and take the next.
+                reason = f"attempt {attempt} was taken on member {name!r} ({sink.target})"
+                self._decide_abort(epoch, attempt, reason)
+                self._abort_members(epoch, attempt, reason)
+                return None
+            members[name] = txn
+        gtxn = GroupTransaction(self.namespace, self.uri, epoch, attempt, now, self.timeout_s,
+                                members)
+        log.info("began group %s of %s (%s)", gtxn.txn_id, self.uri, ", ".join(members))
+        return gtxn
+
+    def transaction(self, epoch: str, attempt: int | str) -> GroupTransaction:
+        """Load a group transaction from its begin record (each member's as begun)."""
+        epoch, attempt = check_epoch(epoch), check_attempt(attempt)
+        begin = self.ledger.read(epoch, attempt, BEGIN)
+        if not isinstance(begin, GroupTransaction):
+            raise InvalidState(f"group {self.uri}: no transaction for epoch {epoch} attempt "
+                               f"{attempt}")
+        members = {}
+        for name, sink in self.sinks.items():
+            if name not in begin.members:
+                raise LedgerError(f"group {self.uri} epoch {epoch} attempt {attempt} has no "
+                                  f"member {name!r}")
+            try:
+                members[name] = sink.transaction(epoch, attempt)
+            except InvalidState:  # the begin died before this member's record
+                members[name] = begin.members[name]
+        return GroupTransaction(begin.namespace, begin.group, epoch, attempt,
+                                begin.started_at, begin.timeout_s, members)
+
+    def _check_own(self, gtxn: GroupTransaction) -> GroupTransaction:
+        if gtxn.group.rstrip("/") != self.uri:
+            raise TpcError(f"{gtxn.txn_id} is a transaction of group {gtxn.group}, not "
+                           f"{self.uri}")
+        begin = self.ledger.read(gtxn.epoch, gtxn.attempt, BEGIN)
+        if not isinstance(begin, GroupTransaction) or begin != gtxn \
+                or set(begin.members) != set(self.sinks):
+            raise InvalidState(f"{gtxn.txn_id} does not match its begin record in group "
+                               f"{self.uri} (stale or forged transaction)")
+        for name, sink in self.sinks.items():
+            txn = gtxn.member(name)
+            own = sink._check_own(txn)
+            if own.group is None or own.group.get("uri", "").rstrip("/") != self.uri \
+                    or own.group.get("member") != name:
+                raise InvalidState(f"{txn.txn_id} on {sink.target} is not member {name!r} of "
+                                   f"group {self.uri}")
+        return begin
+
+    def _fence(self, gtxn: GroupTransaction, attempts: dict[int, AttemptRecords],
+               verb: str) -> None:
+        higher = max(attempts, default=0)
+        if higher > gtxn.attempt:
+            raise FencedError(f"{verb} refused for group {gtxn.txn_id}: group attempt {higher} "
+                              f"of epoch {gtxn.epoch} has begun since (this attempt is a "
+                              "zombie and its output will never be published)")
+
+    # -------------------------------------------------------------- precommit
+    def precommit(self, gtxn: GroupTransaction) -> dict[str, Manifest]:
+        """Seal every member (each as a single target seals: schema, staging, links).
+        Nothing is decided: a member that fails leaves the group undecided."""
+        self._check_own(gtxn)
+        attempts = self.ledger.scan(gtxn.epoch).get(gtxn.epoch, {})
+        self._fence(gtxn, attempts, "pre-commit")
+        if DECISION in attempts.get(gtxn.attempt, AttemptRecords()).kinds:
+            raise FencedError(f"pre-commit refused for group {gtxn.txn_id}: it is decided")
+        return {name: sink.precommit(gtxn.member(name)) for name, sink in self.sinks.items()}
+
+    # ----------------------------------------------------------------- commit
+    def commit(self, gtxn: GroupTransaction, *,
+               expected_digests: Mapping[str, str] | None = None,
+               force: bool = False) -> GroupCommitResult:
+        """Check every member, write the one decision, then switch every member.  Safe
+        to call again: a decided group is rolled forward, never decided twice."""
+        self._check_own(gtxn)
+        epoch, attempt = gtxn.epoch, gtxn.attempt
+        attempts = self.ledger.scan(epoch).get(epoch, {})
+        rec = attempts.setdefault(attempt, AttemptRecords({BEGIN}))
+        decision = self.ledger.get(epoch, attempt, rec, DECISION)
+        known: dict[str, Manifest] = {}
+        outcome = "already_committed"
+        try:
+            if decision is None:
+                decision, made, known = self._decide_commit(gtxn, attempts,
+                                                            expected_digests or {}, force)
+                rec.kinds.add(DECISION)
+                outcome = "committed" if made else outcome
+            if not isinstance(decision, GroupCommit):
+                raise InvalidState(f"cannot commit group {gtxn.txn_id}: it was aborted "
+                                   f"({decision.reason})")
+            published = self._switch(epoch, attempt, decision, rec, known)
+        finally:
+            for sink in self.sinks.values():
+                sink._release()
+        rolled = self._roll_forward_pending(skip=epoch)
+        if outcome == "committed":
+            log.info("committed group %s: %s", gtxn.txn_id, ", ".join(
+                f"{n} {m.total_files} files" for n, m in known.items()))
+        return GroupCommitResult(gtxn, outcome, published, rolled)
+
+    def _decide_commit(self, gtxn: GroupTransaction, attempts: dict[int, AttemptRecords],
+                       expected: Mapping[str, str], force: bool
+                       ) -> tuple[GroupCommit | GroupAbort, bool, dict[str, Manifest]]:
+        self._fence(gtxn, attempts, "commit")
+        if gtxn.expired() and not force:
+            raise TransactionExpired(
+                f"group {gtxn.txn_id} is {gtxn.age():.0f} s old, past its "
+                f"{gtxn.timeout_s:.0f} s timeout; abort it, or commit with force=True")
+        unknown = set(expected) - set(self.sinks)
+        if unknown:
+            raise TpcError(f"expected digests name no member of group {self.uri}: "
+                           f"{sorted(unknown)}")
+        docs, known = {}, {}
+        for name, sink in self.sinks.items():
+            txn = gtxn.member(name)
+            member_attempts = sink.ledger.scan(txn.epoch).get(txn.epoch, {})
+            manifest, mdecision = sink._validate_commit(txn, member_attempts,
+                                                        expected.get(name), force)
+            docs[name] = {**mdecision.to_doc(manifest),
+                          "group": {"uri": self.uri, "member": name}}
+            known[name] = manifest
+        doc = {"format": GROUP_DECISION_FORMAT, "version": 1, "outcome": "commit",
+               "namespace": self.namespace, "group": self.uri, "epoch": gtxn.epoch,
+               "attempt": gtxn.attempt, "txn_id": gtxn.txn_id, "decided_at": time.time(),
+               "forced": bool(force and gtxn.expired()), "members": docs}
+        crashpoint("group.before_decision")
+        made, winner = self.ledger.create_or_get(gtxn.epoch, gtxn.attempt, DECISION, doc)
+        if isinstance(winner, GroupCommit) and any(
+                winner.members.get(n, {}).get("manifest_digest") != d["manifest_digest"]
+                for n, d in docs.items()):
+            raise CommitConflict(f"group {gtxn.txn_id} was committed concurrently with "
+                                 "other manifests")
+        crashpoint("group.after_decision")
+        return winner, made, known  # type: ignore[return-value]
+
+    def _switch(self, epoch: str, attempt: int, decision: GroupCommit, rec: AttemptRecords,
+                known: Mapping[str, Manifest] | None = None) -> dict[str, int | None]:
+        """Roll a decided group commit forward on every member, then record that every
+        member switched (``published.json``: the epoch is stable for readers)."""
+        missing = set(decision.members) - set(self.sinks)
+        if missing:
+            raise TpcError(f"group {self.uri} epoch {epoch} attempt {attempt} was decided for "
+                           f"members {sorted(decision.members)}; this Group lacks "
+                           f"{sorted(missing)}")
+        published = {}
+        for name in sorted(decision.members):
+            published[name] = self.sinks[name]._commit_member(
+                epoch, attempt, decision.members[name], (known or {}).get(name))
+            crashpoint("group.after_member")
+        if PUBLISHED not in rec.kinds and all(a is not None and a >= attempt
+                                              for a in published.values()):
+            crashpoint("group.before_published")
+            self.ledger.create_or_get(epoch, attempt, PUBLISHED, {
+                "published_at": time.time(), "txn_id": f"{self.namespace}/{epoch}/{attempt}"})
+            rec.kinds.add(PUBLISHED)
+        return published
+
+    def _roll_forward_pending(self, skip: str | None = None) -> list[tuple[str, int]]:
+        """Finish every other decided, unfinished group attempt the pending index names
+        (a commit whose process died after its decision)."""
+        listed = self.ledger.pending()
+        scan = self.ledger.scan() if listed is None else {
+            e: self.ledger.scan(e).get(e, {}) for e in listed if e != skip}
+        done = []
+        for epoch, attempts in scan.items():
+            for attempt, rec in sorted(attempts.items()):
+                if epoch != skip and DECISION in rec.kinds \
+                        and not rec.kinds & {PUBLISHED, CLOSED}:
+                    self._finish(epoch, attempt, rec)
+                    done.append((epoch, attempt))
+        if listed is None:  # the first commit: build the index from this full listing
+            self.ledger.sync_pending(scan, {}, skip={skip} if skip else set())
+        return done
+
+    def _finish(self, epoch: str, attempt: int, rec: AttemptRecords) -> None:
+        decision = self.ledger.get(epoch, attempt, rec, DECISION)
+        if isinstance(decision, GroupCommit):
+            self._switch(epoch, attempt, decision, rec)
+        elif isinstance(decision, GroupAbort):
+            self._abort_members(epoch, attempt, decision.reason, decision.expired)
+            self.ledger.create_or_get(epoch, attempt, CLOSED, {"closed_at": time.time()})
+            rec.kinds.add(CLOSED)
+
+    # ------------------------------------------------------------------ abort
+    def abort(self, gtxn: GroupTransaction, reason: str = "aborted") -> bool:
+        """Decide abort for the whole group (refused once it is committed), then abort
+        every member.  True when this call made the decision."""
+        if gtxn.group.rstrip("/") != self.uri:
+            raise TpcError(f"{gtxn.txn_id} is a transaction of group {gtxn.group}, not "
+                           f"{self.uri}")
+        epoch, attempt = gtxn.epoch, gtxn.attempt
+        if not isinstance(self.ledger.read(epoch, attempt, BEGIN), GroupTransaction):
+            raise InvalidState(f"group {self.uri}: no transaction {gtxn.txn_id}")
+        made = self._decide_abort(epoch, attempt, reason)
+        rec = self.ledger.scan(epoch).get(epoch, {}).get(attempt, AttemptRecords())
+        self._finish(epoch, attempt, rec)
+        if made:
+            log.info("aborted group %s: %s", gtxn.txn_id, reason)
+        return made
+
+    def _decide_abort(self, epoch: str, attempt: int, reason: str,
+                      expired: bool = False) -> bool:
+        doc = {"format": GROUP_DECISION_FORMAT, "version": 1, "outcome": "abort",
+               "namespace": self.namespace, "group": self.uri, "epoch": epoch,
+               "attempt": attempt, "txn_id": f"{self.namespace}/{epoch}/{attempt}",
+               "reason": reason, "expired": expired, "decided_at": time.time()}
+        crashpoint("group.abort.before_decision")
+        made, winner = self.ledger.create_or_get(epoch, attempt, DECISION, doc)
+        if isinstance(winner, GroupCommit):
+            raise InvalidState(f"cannot abort group {self.namespace}/{epoch}/{attempt}: it is "
+                               "COMMITTED (use a new run of the epoch to replace its output)")
+        crashpoint("group.abort.after_decision")
+        return made
+
+    def _abort_members(self, epoch: str, attempt: int, reason: str,
+                       expired: bool = False) -> None:
+        """Carry a group abort out on every member that began (its own abort record,
+        its staging removed)."""
+        for sink in self.sinks.values():
+            begin = sink.ledger.read(epoch, attempt, BEGIN)
+            if isinstance(begin, Begin) and begin.group is not None \
+                    and begin.group.get("uri", "").rstrip("/") == self.uri:
+                sink._abort(epoch, attempt, f"group: {reason}", expired, by_group=True)
+                crashpoint("group.abort.after_member")
+
+    # ---------------------------------------------------------------- recover
+    def recover(self, *, abort_undecided: bool = False, now: float | None = None,
+                ignore_failures_after_timeout: bool = False) -> GroupRecoveryReport:
+        """Finish every decided group attempt on every member; abort the undecided ones
+        that are superseded, expired, or (``abort_undecided``) all of them; then each
+        member's own recover (its other epochs, staging left behind)."""
+        now = time.time() if now is None else now
+        report = GroupRecoveryReport()
+        scan = self.ledger.scan()
+        for epoch in sorted(scan, key=epoch_sort_key):
+            attempts = scan[epoch]
+            top = max(attempts)
+            for attempt in sorted(attempts):
+                rec = attempts[attempt]
+                if rec.kinds & {PUBLISHED, CLOSED}:
+                    continue
+                try:
+                    if DECISION not in rec.kinds:
+                        why = self._why_abort(epoch, attempt, rec, top, abort_undecided, now)
+                        if why is None:
+                            continue
+                        try:
+                            self._decide_abort(epoch, attempt, f"{why} (group recover)",
+                                               expired=why == "expired")
+                            report.aborted.append((epoch, attempt, why))
+                        except InvalidState:
+                            pass  # a live committer decided commit meanwhile: finish it
+                        rec.kinds.add(DECISION)
+                    if isinstance(self.ledger.get(epoch, attempt, rec, DECISION), GroupCommit):
+                        report.rolled_forward.append((epoch, attempt))
+                    self._finish(epoch, attempt, rec)
+                except TpcError as exc:
+                    log.error("group recover could not finish %s/%s/%d: %s", self.namespace,
+                              epoch, attempt, exc)
+                    report.errors.append((epoch, attempt, str(exc)))
+        self.ledger.sync_pending(scan, self.ledger.pending())
+        for name, sink in self.sinks.items():
+            try:
+                sink.recover(now=now, ignore_failures_after_timeout=ignore_failures_after_timeout)
+            except TpcError as exc:
+                report.errors.append((name, -1, str(exc)))
+        if report.errors:
+            err = TpcError(f"recover of group {self.uri} left {len(report.errors)} problem(s); "
+                           f"first: {report.errors[0][2]}. Nothing was lost: the next recover "
+                           "retries.")
+            err.report = report  # type: ignore[attr-defined]
+            raise err
+        return report
+
+    def _why_abort(self, epoch: str, attempt: int, rec: AttemptRecords, top: int,
+                   abort_undecided: bool, now: float) -> str | None:
+        """Why recover aborts an undecided group attempt, or None to leave it open."""
+        if attempt < top:
+            return "superseded"
+        if abort_undecided:
+            return "restore"
+        begin = self.ledger.get(epoch, attempt, rec, BEGIN)
+        if not isinstance(begin, GroupTransaction) or now - begin.started_at > begin.timeout_s:
+            return "expired"
+        return None
+
+    # ---------------------------------------------------------------- readers
+    def stable_epochs(self) -> dict[str, int]:
+        """epoch -> the group attempt every member publishes: its winning (highest)
+        group commit, once ``published.json`` says every member switched.  An epoch
+        whose newest commit is still switching is left out (the last stable cut)."""
+        out = {}
+        for epoch, attempts in self.ledger.scan().items():
+            for attempt in sorted(attempts, reverse=True):
+                rec = attempts[attempt]
+                if DECISION not in rec.kinds:
+                    continue
+                if isinstance(self.ledger.get(epoch, attempt, rec, DECISION), GroupCommit):
+                    if PUBLISHED in rec.kinds:
+                        out[epoch] = attempt
+                    break
+        return out
+
+    def committed_files(self) -> dict[str, dict[str, list[str]]]:
+        """member -> epoch -> file URIs, for the stable epochs only, read as one cut: an
+        epoch whose winning group attempt changed while the members were read (a re-run
+        switching) is left out rather than shown half old, half new."""
+        before = self.stable_epochs()
+        files = {name: sink.committed_files(list(before))
+                 for name, sink in self.sinks.items()}
+        after = self.stable_epochs()
+        cut = {e for e, a in before.items() if after.get(e) == a
+               and all(e in per_epoch for per_epoch in files.values())}
+        return {name: {e: f for e, f in per_epoch.items() if e in cut}
+                for name, per_epoch in files.items()}
