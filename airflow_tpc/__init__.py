@@ -8,6 +8,7 @@ verbs begin / precommit / commit / abort / recover.  Airflow operators live in
 from .errors import (
     CommitConflict,
     FencedError,
+    GroupMemberError,
     InvalidState,
     LedgerError,
     ManifestError,
@@ -18,6 +19,7 @@ from .errors import (
     TransactionExpired,
     UnsupportedStorage,
 )
+from .group import Group, GroupTransaction
 from .manifest import FileEntry, Manifest
 from .sink import Sink
 from .transaction import (
@@ -33,7 +35,8 @@ from .transaction import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "CommitConflict", "CommitResult", "DeliveryGuarantee", "FencedError", "FileEntry",
+    "CommitConflict", "CommitResult", "DeliveryGuarantee", "FencedError", "FileEntry", "Group",
+    "GroupMemberError", "GroupTransaction",
     "InvalidState", "LedgerError", "Manifest", "ManifestError", "NamespaceConflict",
     "PlacementError", "RecoveryReport", "Sink", "SinkConfig", "StorageError", "TpcError",
     "Transaction", "TransactionExpired", "TxnInfo", "TxnState", "UnsupportedStorage", "__version__",

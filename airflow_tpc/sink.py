@@ -1012,7 +1012,7 @@ class Sink:
                 started = begin.started_at if isinstance(begin, Begin) else now
                 timeout = begin.timeout_s if isinstance(begin, Begin) else self.config.timeout_s
                 abort = self._abort if not dry_run else _no_abort
-                if isinstance(begin, Begin) and begin.group is not None:
+                if self._is_member(epoch, attempt, rec):
                     log.info("%s/%s/%d is undecided and a member of group %s: its group's "
                              "recover decides it", self.namespace, epoch, attempt,
                              begin.group["uri"])
@@ -1071,9 +1071,15 @@ class Sink:
             report.rolled_forward.append((epoch, attempt))
         for other, orec in sorted(attempts.items()):
             if other < attempt and not orec.kinds & DISPLACED_DONE_KINDS \
-                    and self._decision(epoch, other, orec) is None:
+                    and self._decision(epoch, other, orec) is None \
+                    and not self._is_member(epoch, other, orec):
                 report.aborted.append((epoch, other, "superseded"))
         return attempt
+
+    def _is_member(self, epoch: str, attempt: int, rec: AttemptRecords) -> bool:
+        """Whether the attempt belongs to a group (decided only by its group)."""
+        begin = self.ledger.get(epoch, attempt, rec, BEGIN)
+        return isinstance(begin, Begin) and begin.group is not None
 
     def _commit_failed(self, epoch: str, attempts: dict[int, AttemptRecords], exc: Exception,
                        report: RecoveryReport, now: float, ignore: bool) -> None:

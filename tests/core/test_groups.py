@@ -211,6 +211,7 @@ def test_a_member_cannot_be_decided_on_its_own(local):
         events.commit(txn)
     with pytest.raises(GroupMemberError, match="abort the group"):
         events.abort(txn)
+    assert events.recover(abort_undecided=True, dry_run=True).aborted == []
     events.recover(abort_undecided=True)  # leaves the member to its group
     assert _member_state(group, "events", "5", 1) == TxnState.PRECOMMITTED
     group.commit(gtxn)
