@@ -25,11 +25,13 @@ from .context import (
     current_transaction,
     spark_conf_for,
 )
+from .group_context import JobGroup, build_group_payload, current_group
 from .packaging import py_files_zip
 
 __all__ = [
-    "CONF_KEY", "ENV_VAR", "JobTransaction", "NoTransactionError", "build_payload",
-    "current_transaction", "py_files_zip", "read_committed", "read_uncommitted",
+    "CONF_KEY", "ENV_VAR", "JobGroup", "JobTransaction", "NoTransactionError",
+    "build_group_payload", "build_payload", "current_group", "current_transaction",
+    "py_files_zip", "read_committed", "read_uncommitted",
     "register_data_source", "spark_conf_for", "write_tpc",
 ]
 
