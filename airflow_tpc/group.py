@@ -55,6 +55,7 @@ from .group_records import (
     GroupCommitResult,
     GroupLedger,
     GroupRecoveryReport,
+    GroupStatus,
     GroupTransaction,
 )
 from .ledger import TPC_DIR, AttemptRecords, Ledger, check_attempt, check_epoch, epoch_sort_key
@@ -65,7 +66,7 @@ from .storage import open_storage
 from .transaction import Transaction
 
 __all__ = ["Group", "GroupAbort", "GroupCommit", "GroupCommitResult", "GroupRecoveryReport",
-           "GroupTransaction"]
+           "GroupStatus", "GroupTransaction"]
 
 log = logging.getLogger("airflow_tpc")
 
@@ -458,6 +459,16 @@ class Group:
         return None
 
     # ---------------------------------------------------------------- readers
+    def poll(self, gtxn: GroupTransaction) -> GroupStatus:
+        """The cheap question a waiting task asks: one listing of the epoch's group
+        ledger, and the attempt's decision if it has one."""
+        attempts = self.ledger.scan(gtxn.epoch).get(gtxn.epoch, {})
+        rec = attempts.get(gtxn.attempt, AttemptRecords())
+        decision = self.ledger.get(gtxn.epoch, gtxn.attempt, rec, DECISION)
+        return GroupStatus(decision.outcome if decision is not None else None,
+                           max(attempts, default=gtxn.attempt), PUBLISHED in rec.kinds,
+                           decision.reason if isinstance(decision, GroupAbort) else None)
+
     def stable_epochs(self) -> dict[str, int]:
         """epoch -> the group attempt every member publishes: its winning (highest)
         group commit, once ``published.json`` says every member switched.  An epoch

@@ -105,6 +105,18 @@ class GroupCommitResult:
     rolled_forward: list[tuple[str, int]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class GroupStatus:
+    """What :meth:`Group.poll` answers: the group attempt's decision (``"commit"``,
+    ``"abort"`` or None), the epoch's highest group attempt (above it: fenced), and
+    whether every member switched (``published.json``)."""
+
+    outcome: str | None
+    highest_attempt: int
+    published: bool
+    reason: str | None = None
+
+
 @dataclass
 class GroupRecoveryReport:
     rolled_forward: list[tuple[str, int]] = field(default_factory=list)

@@ -16,7 +16,7 @@ import re
 import shutil
 import tempfile
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from typing import cast as typing_cast
@@ -315,6 +315,42 @@ class StagedSparkSubmitOperator(TpcBaseOperator, SparkSubmitOperator):
         hook = self.tpc_hook
         # before begin: a setup that would leak or not deliver credentials fails here
         mode = self.plan_job_credentials(hook.job_env())
+        conf_for, abort = self.begin_transaction(context)
+        files = self.files
+        cred_path = None
+        try:
+            if mode == "file":
+                # The path travels on the command line (--files) and the *name* in the
+                # payload; the content only in the file (0600, in a 0700 directory).
+                cred_path = write_credentials_file(hook.job_env())
+                self.files = f"{files},{cred_path}" if files else cred_path
+            self.conf = {**(self.conf or {}),
+                         **conf_for(os.path.basename(cred_path) if cred_path else None)}
+            if self.ship_package:
+                shipped = package_zip()
+                self.py_files = f"{self.py_files},{shipped}" if self.py_files else shipped
+            if mode != "none":
+                self.log.info("Credentials of %s reach the job by %s (never the command line)",
+                              self.storage_conn_id, "a --files file" if mode == "file"
+                              else "spark-submit's environment")
+            self._hook = None  # rebuild the hook with the conf/py_files/files above
+            super().execute(context)
+        except BaseException as exc:
+            # The attempt is dead: throw its staging away now and fence a late job.
+            abort(f"spark job failed: {type(exc).__name__}")
+            raise
+        finally:
+            remove_credentials_file(cred_path)
+            self.files = files
+
+    def begin_transaction(self, context: Context
+                          ) -> tuple[Callable[[str | None], dict[str, str]],
+                                     Callable[[str], object]]:
+        """Begin this try's attempt and push it to XCom.  Returns the Spark conf the job
+        gets (given the credentials file's *name*, or None) and how to abort the attempt
+        when the job fails.  :class:`~airflow_tpc.airflow.groups.GroupSparkSubmitOperator`
+        begins a group instead."""
+        hook = self.tpc_hook
         sink = hook.get_sink()
         txn = sink.begin(str(self.epoch), owner=_owner(context))
         self.log.info("Began %s (fencing number %d); staging %s", txn.txn_id, txn.attempt,
@@ -328,36 +364,14 @@ class StagedSparkSubmitOperator(TpcBaseOperator, SparkSubmitOperator):
                        ledger_uri=hook.resolved_ledger_uri())
         context["ti"].xcom_push(key=TXN_XCOM_KEY, value=doc)
         TransactionLink.persist(context, txn)
-        files = self.files
-        cred_path = None
-        try:
-            if mode == "file":
-                # The path travels on the command line (--files) and the *name* in the
-                # payload; the content only in the file (0600, in a 0700 directory).
-                cred_path = write_credentials_file(hook.job_env())
-                self.files = f"{files},{cred_path}" if files else cred_path
-            self.conf = {**(self.conf or {}), SPARK_CONF_KEY: job_payload(
+
+        def conf_for(credentials_file: str | None) -> dict[str, str]:
+            return {SPARK_CONF_KEY: job_payload(
                 txn, guarantee=self.guarantee, promotion=sink.config.promotion,
-                public_storage=hook.job_public_options(),
-                credentials_file=os.path.basename(cred_path) if cred_path else None,
-                table=self.target if hook.is_table else None,
-                epoch_column=hook.epoch_layout)}
-            if self.ship_package:
-                shipped = package_zip()
-                self.py_files = f"{self.py_files},{shipped}" if self.py_files else shipped
-            if mode != "none":
-                self.log.info("Credentials of %s reach the job by %s (never the command line)",
-                              self.storage_conn_id, "a --files file" if mode == "file"
-                              else "spark-submit's environment")
-            self._hook = None  # rebuild the hook with the conf/py_files/files above
-            super().execute(context)
-        except BaseException as exc:
-            # The attempt is dead: throw its staging away now and fence a late job.
-            hook.abort_quietly(txn, f"spark job failed: {type(exc).__name__}")
-            raise
-        finally:
-            remove_credentials_file(cred_path)
-            self.files = files
+                public_storage=hook.job_public_options(), credentials_file=credentials_file,
+                table=self.target if hook.is_table else None, epoch_column=hook.epoch_layout)}
+
+        return conf_for, lambda reason: hook.abort_quietly(txn, reason)
 
     def _forget_previous_job(self, context: Context) -> None:
         """Drop the durable job id a previous try may have stored (belt and braces)."""

@@ -23,8 +23,10 @@ def exactly_once_spark_group(
     group_id: str,
     *,
     application: str,
-    target: str,
+    target: str | None = None,
     namespace: str,
+    targets: dict[str, Any] | None = None,
+    group_uri: str | None = None,
     epoch: str = DEFAULT_EPOCH,
     conn_id: str = "spark_default",
     storage_conn_id: str | None = None,
@@ -60,6 +62,14 @@ def exactly_once_spark_group(
     :param epoch: templated; default: the run's data interval start, so scheduled runs,
         manual reruns and backfills of one interval all write (and replace) one epoch.
     :param approval: add a Human-in-the-loop gate (providers-standard HITLBranchOperator).
+    :param targets: instead of ``target``, several outputs written by one job and committed
+        as one group transaction, all or nothing (docs/groups.md): member name -> a target
+        URI, or a dict of that member's ``target``, ``ledger_uri``, ``replace_where``,
+        ``write_mode``, ``add_columns``, ``catalog_conn_id``.  The job writes member
+        ``name`` into ``current_group(spark).output_uri(name)``; the commit emits an Asset
+        event per member only after every member switched.
+    :param group_uri: the group's own folder (default: ``_tpc_groups/<namespace>`` beside
+        the first folder member, or the first table member's ``ledger_uri``).
     :param target: a folder (``/abs/path``, ``s3://bucket/prefix``) or a table
         (``iceberg://<catalog>/<namespace>.<table>``), taken the same way; for a table the
         job writes Parquet files with a string ``epoch`` column into ``txn.output_uri``
@@ -68,6 +78,24 @@ def exactly_once_spark_group(
         a new table of a REST catalog); ``replace_where`` / ``write_mode`` say which
         rows of a table of any partitioning an epoch owns (docs/tables.md).
     """
+    if (target is None) == (targets is None):
+        raise ValueError(f"{group_id}: give either target (one output) or targets (several, "
+                         "committed as one group transaction), not both or neither")
+    if targets is not None:
+        if ledger_uri or replace_where is not None or write_mode != "replace" or add_columns:
+            raise ValueError(f"{group_id}: with targets, give ledger_uri, replace_where, "
+                             "write_mode and add_columns per member: targets={name: "
+                             "{'target': ..., 'ledger_uri': ...}}")
+        with TaskGroup(group_id=group_id) as group:
+            group_tasks(application=application, targets=targets, namespace=namespace,
+                        group_uri=group_uri, epoch=epoch, conn_id=conn_id,
+                        storage_conn_id=storage_conn_id, storage_options=storage_options,
+                        sink_config=sink_config, catalog_conn_id=catalog_conn_id,
+                        outlets=outlets, sensor_mode=sensor_mode, poke_interval=poke_interval,
+                        sensor_timeout=sensor_timeout, approval=approval,
+                        approval_subject=approval_subject, submit_kwargs=submit_kwargs,
+                        **spark_kwargs)
+        return group
     shared = {"target": target, "namespace": namespace, "storage_conn_id": storage_conn_id,
               "storage_options": storage_options, "sink_config": sink_config,
               "catalog_conn_id": catalog_conn_id, "ledger_uri": ledger_uri,
@@ -153,6 +181,66 @@ def exactly_once_tasks(
                  + "')['rows'] }} rows) for {{ ti.xcom_pull(task_ids='" + wait.task_id
                  + "')['txn_id'] }}. Commit publishes them; Abort discards them and fails "
                  "the run.",
+            options=["Commit", "Abort"],
+            options_mapping={"Commit": commit.task_id, "Abort": reject.task_id})
+        wait >> gate >> [commit, reject]
+        reject >> committed
+        [submit, wait, gate, commit] >> abort
+        tasks.update(approve=gate, abort_rejected=reject)
+    else:
+        wait >> commit
+        [submit, wait, commit] >> abort
+    return tasks
+
+
+def group_tasks(*, application: str, targets: dict[str, Any], namespace: str,
+                group_uri: str | None, epoch: str, conn_id: str, storage_conn_id: str | None,
+                storage_options: dict[str, Any] | None, sink_config: Any,
+                catalog_conn_id: str | None, outlets: list[Asset] | None, sensor_mode: str,
+                poke_interval: float, sensor_timeout: float, approval: bool,
+                approval_subject: str | None, submit_kwargs: dict[str, Any] | None,
+                **spark_kwargs: Any) -> dict[str, BaseOperator]:
+    """The tasks of a group transaction, wired as :func:`exactly_once_tasks` wires a
+    single target's (same task ids: ``submit``, ``wait_precommit``, [``approve``,
+    ``abort_rejected``], ``commit``, ``abort``, ``committed``)."""
+    from airflow_tpc.airflow.groups import (
+        GroupAbortOperator,
+        GroupCommitOperator,
+        GroupPrecommitSensor,
+        GroupSparkSubmitOperator,
+    )
+
+    shared = {"targets": targets, "namespace": namespace, "group_uri": group_uri,
+              "storage_conn_id": storage_conn_id, "storage_options": storage_options,
+              "sink_config": sink_config, "catalog_conn_id": catalog_conn_id}
+    submit = GroupSparkSubmitOperator(task_id="submit", application=application, epoch=epoch,
+                                      conn_id=conn_id, **shared, **(submit_kwargs or {}),
+                                      **spark_kwargs)
+    wait = GroupPrecommitSensor(task_id="wait_precommit", submit_task_id=submit.task_id,
+                                mode=sensor_mode, poke_interval=poke_interval,
+                                timeout=sensor_timeout, **shared)
+    commit = GroupCommitOperator(task_id="commit", sensor_task_id=wait.task_id, **shared,
+                                 **({"outlets": outlets} if outlets is not None else {}))
+    abort = GroupAbortOperator(task_id="abort", submit_task_id=submit.task_id, **shared)
+    committed = EmptyOperator(task_id="committed", trigger_rule="none_failed_min_one_success")
+    tasks: dict[str, BaseOperator] = {"submit": submit, "wait_precommit": wait,
+                                      "commit": commit, "abort": abort, "committed": committed}
+    [commit, abort] >> committed
+    submit >> wait
+    if approval:
+        from airflow.providers.standard.operators.hitl import HITLBranchOperator
+
+        reject = GroupAbortOperator(task_id="abort_rejected", submit_task_id=submit.task_id,
+                                    trigger_rule="all_success", fail_run=True,
+                                    reason="rejected at the approval gate", **shared)
+        gate = HITLBranchOperator(
+            task_id="approve",
+            subject=approval_subject or f"Commit {namespace} epoch {epoch} "
+                                        f"({', '.join(targets)})?",
+            body="The job pre-committed {{ ti.xcom_pull(task_ids='" + wait.task_id
+                 + "')['members'] }} for {{ ti.xcom_pull(task_ids='" + wait.task_id
+                 + "')['txn_id'] }}. Commit publishes every member; Abort discards them all "
+                 "and fails the run.",
             options=["Commit", "Abort"],
             options_mapping={"Commit": commit.task_id, "Abort": reject.task_id})
         wait >> gate >> [commit, reject]

@@ -20,10 +20,11 @@ import argparse
 import hashlib
 import sys
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_tpc.spark import current_transaction, write_tpc
+from airflow_tpc.spark.group_context import JobGroup, current_group, read_group_payload
 
 
 def main(argv: list[str]) -> int:
@@ -37,7 +38,11 @@ def main(argv: list[str]) -> int:
 
     spark = SparkSession.builder.appName("tpc-aggregate-events").getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    txn = current_transaction(spark)
+    # Run by the group submit (several outputs, one transaction): every member gets the
+    # same aggregates; else one target.
+    payload, _ = read_group_payload(spark)
+    group = current_group(spark) if payload else None
+    txn = current_transaction(spark) if group is None else group.member(group.names[0])
     day_seed = int(hashlib.sha256(f"{txn.epoch}/{args.seed}".encode()).hexdigest()[:8], 16)
 
     events = (spark.range(args.rows, numPartitions=4)
@@ -52,6 +57,8 @@ def main(argv: list[str]) -> int:
              .withColumn("day", F.lit(txn.epoch))
              .orderBy("event_type", "hour")
              .coalesce(2))
+    if group is not None:
+        return write_group(spark, group, daily, args)
     # A table target (Iceberg, Delta) infers each file's partition from a string column
     # "epoch" in the file; a folder target's epoch is its folder name (unchanged here).
     daily = txn.with_epoch_column(daily)
@@ -72,6 +79,32 @@ def main(argv: list[str]) -> int:
             txn.precommit()
     print(f"wrote {daily.count()} aggregate rows for {txn.txn_id}"
           f"{' (NOT pre-committed)' if args.no_precommit else ''}")
+    spark.stop()
+    return 0
+
+
+def write_group(spark: SparkSession, group: JobGroup, daily: DataFrame,
+                args: argparse.Namespace) -> int:
+    """Write the aggregates into every member of the group, then seal them all: the
+    commit task publishes every member or none."""
+    daily = daily.cache()
+    for k, name in enumerate(group.names):
+        member = group.member(name)
+        out = member.with_epoch_column(daily)
+        if args.fail_on_try and args.fail_on_try == args.try_number and k == 1:
+            # One member written, the next half-written, then die: neither is published.
+            out.limit(10).write.mode("append").parquet(member.output_uri)
+            print(f"injected failure on try {args.try_number} of {group.txn_id}",
+                  file=sys.stderr)
+            return 3
+        if member.target.startswith("s3://"):
+            write_tpc(out, member, precommit=False)
+        else:
+            out.write.mode("overwrite").parquet(member.output_uri)
+    if not args.no_precommit:
+        group.precommit()
+    print(f"wrote {daily.count()} aggregate rows into {', '.join(group.names)} for "
+          f"{group.txn_id}{' (NOT pre-committed)' if args.no_precommit else ''}")
     spark.stop()
     return 0
 

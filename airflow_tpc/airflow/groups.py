@@ -1,0 +1,370 @@
+"""Airflow tasks of a group transaction: one epoch, several targets, all or nothing.
+
+The same four steps as a single target (submit, wait for the seal, commit, abort),
+over a :class:`~airflow_tpc.group.Group`: the submit task begins one group attempt
+(every member gets the same fencing number) and hands the job every member's
+staging (``spark.airflow_tpc.group``: :func:`airflow_tpc.spark.current_group`); the
+sensor waits until every member is sealed and passes each table member's check;
+the commit task writes the group's one decision, switches every member, and only
+then emits an Asset event per member; the abort task aborts the group.
+
+Every task takes the same arguments (:class:`GroupArgs`): ``targets`` (member name ->
+a target URI, or a dict of that member's sink arguments: ``target``, ``ledger_uri``,
+``replace_where``, ``write_mode``, ``add_columns``, ``catalog_conn_id``), ``namespace``,
+``group_uri`` (the group's own folder) and the shared ``storage_conn_id``,
+``storage_options``, ``sink_config`` and ``catalog_conn_id``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import Asset, BaseOperator, BaseSensorOperator, PokeReturnValue
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_tpc import InvalidState, TpcError
+from airflow_tpc.airflow.hooks import SinkArgs, TpcHook, is_table_target
+from airflow_tpc.airflow.operators import (
+    StagedSparkSubmitOperator,
+    _owner,
+    job_payload,
+    target_asset,
+)
+from airflow_tpc.airflow.sensors import PrecommitFailed
+from airflow_tpc.group import Group, GroupTransaction
+from airflow_tpc.storage import storage_class
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+#: XCom key of the group transaction the submit task began.
+GROUP_XCOM_KEY = "tpc_group_txn"
+#: Sink arguments a member may set for itself (the rest are the group's).
+MEMBER_KEYS = ("target", "ledger_uri", "replace_where", "write_mode", "add_columns",
+               "catalog_conn_id")
+#: Templated on every group task.
+GROUP_TEMPLATE_FIELDS = ("targets", "namespace", "group_uri", "storage_conn_id",
+                         "catalog_conn_id")
+
+
+def default_group_uri(targets: Mapping[str, Any], namespace: str) -> str | None:
+    """``<parent>/_tpc_groups/<namespace>`` beside the first folder member (or the first
+    table member's ``ledger_uri``): on the same store, apart from every target."""
+    for spec in targets.values():
+        spec = {"target": spec} if isinstance(spec, str) else spec
+        uri = spec.get("ledger_uri") or spec.get("target")
+        if not isinstance(uri, str) or (is_table_target(uri) and not spec.get("ledger_uri")):
+            continue
+        parent = uri.rstrip("/").rsplit("/", 1)[0]
+        if parent and not parent.endswith(":/"):
+            return f"{parent}/_tpc_groups/{namespace}"
+    return None
+
+
+@dataclass(frozen=True)
+class GroupArgs:
+    """Which group a task addresses: every member's :class:`SinkArgs` and the group's
+    folder.  Built from the task's (rendered) arguments, checked like a target's (no
+    secret in ``storage_options``)."""
+
+    group_uri: str
+    namespace: str
+    members: tuple[tuple[str, SinkArgs], ...]
+
+    @classmethod
+    def of(cls, targets: Mapping[str, Any], namespace: str, group_uri: str | None, *,
+           storage_conn_id: str | None = None, storage_options: dict[str, Any] | None = None,
+           sink_config: Any = None, catalog_conn_id: str | None = None,
+           where: str = "group") -> GroupArgs:
+        if not isinstance(targets, Mapping) or not targets:
+            raise TpcError(f"{where}: targets must map member names to targets")
+        members = []
+        for name, spec in targets.items():
+            spec = {"target": spec} if isinstance(spec, str) else dict(spec)
+            unknown = set(spec) - set(MEMBER_KEYS)
+            if unknown or not isinstance(spec.get("target"), str):
+                raise TpcError(f"{where}: member {name!r} must be a target URI or a dict of "
+                               f"{list(MEMBER_KEYS)} with 'target'; got {sorted(spec)}")
+            members.append((str(name), SinkArgs(
+                spec["target"], namespace, storage_conn_id, storage_options, sink_config,
+                spec.get("catalog_conn_id")
+                or (catalog_conn_id if is_table_target(spec["target"]) else None),
+                spec.get("ledger_uri") or None,
+                spec.get("replace_where"), spec.get("write_mode") or "replace",
+                bool(spec.get("add_columns")), where=where)))
+        uri = group_uri or default_group_uri(targets, namespace)
+        if not uri:
+            raise TpcError(f"{where}: give group_uri, a folder of the group's own (no member "
+                           "is a folder to put it beside)")
+        return cls(uri, namespace, tuple(members))
+
+    def hooks(self) -> dict[str, TpcHook]:
+        return {name: args.hook() for name, args in self.members}
+
+    def group(self, hooks: Mapping[str, TpcHook]) -> Group:
+        """The core group over the members' sinks; the group's folder is reached with the
+        members' storage connection when it lies on a store that takes credentials."""
+        first = next(iter(hooks.values()))
+        options = first.storage_options() if storage_class(self.group_uri).takes_credentials \
+            else None
+        return Group({n: h.get_sink() for n, h in hooks.items()}, self.group_uri,
+                     storage_options=options)
+
+    def assets(self) -> list[Asset]:
+        return [target_asset(args.target) for _, args in self.members]
+
+
+class GroupTaskMixin:
+    """The arguments every group task shares, and the group they address."""
+
+    targets: dict[str, Any]
+    namespace: str
+    group_uri: str | None
+
+    def _init_group(self, targets: Mapping[str, Any], namespace: str, group_uri: str | None,
+                    storage_conn_id: str | None, storage_options: dict[str, Any] | None,
+                    sink_config: Any, catalog_conn_id: str | None) -> None:
+        self.targets = dict(targets)
+        self.namespace = namespace
+        self.group_uri = group_uri
+        self.storage_conn_id = storage_conn_id
+        self.group_storage_options = storage_options
+        self.group_sink_config = sink_config
+        self.catalog_conn_id = catalog_conn_id
+        self.group_args  # noqa: B018 - checked when the DAG is parsed (no secret, members)
+
+    @property
+    def group_args(self) -> GroupArgs:
+        return GroupArgs.of(self.targets, self.namespace, self.group_uri,
+                            storage_conn_id=self.storage_conn_id or None,
+                            storage_options=self.group_storage_options,
+                            sink_config=self.group_sink_config,
+                            catalog_conn_id=self.catalog_conn_id or None,
+                            where=type(self).__name__)
+
+    def open_group(self) -> tuple[Group, dict[str, TpcHook]]:
+        args = self.group_args
+        hooks = args.hooks()
+        return args.group(hooks), hooks
+
+
+def _loaded(group: Group, doc: Mapping[str, Any] | None, what: str) -> GroupTransaction:
+    """The group transaction an XCom names (its epoch and attempt), re-read from the
+    group's ledger: the XCom is not trusted."""
+    if not doc or "epoch" not in doc or "attempt" not in doc:
+        raise InvalidState(f"no group transaction from {what}: nothing to act on")
+    return group.transaction(str(doc["epoch"]), doc["attempt"])
+
+
+class GroupSparkSubmitOperator(GroupTaskMixin, StagedSparkSubmitOperator):
+    """Begin a new group attempt and run the Spark job that writes every member.
+
+    The job finds the group with ``airflow_tpc.spark.current_group(spark)`` and writes
+    member ``name`` into ``group.output_uri(name)``, then seals with
+    ``group.precommit()``.  Credentials reach the job as for a single target
+    (``job_credentials``); every member shares ``storage_conn_id``.
+    """
+
+    template_fields: Sequence[str] = tuple(dict.fromkeys(
+        (*StagedSparkSubmitOperator.template_fields, *GROUP_TEMPLATE_FIELDS)))
+
+    def __init__(self, *, targets: Mapping[str, Any], namespace: str,
+                 group_uri: str | None = None, storage_conn_id: str | None = None,
+                 storage_options: dict[str, Any] | None = None, sink_config: Any = None,
+                 catalog_conn_id: str | None = None, **kwargs: Any) -> None:
+        first = next(iter(targets.values()), None) if isinstance(targets, Mapping) else None
+        first = first if isinstance(first, str) else (first or {}).get("target", "")
+        super().__init__(target=first, namespace=namespace, storage_conn_id=storage_conn_id,
+                         storage_options=storage_options, sink_config=sink_config, **kwargs)
+        self._init_group(targets, namespace, group_uri, storage_conn_id, storage_options,
+                         sink_config, catalog_conn_id)
+
+    def begin_transaction(self, context: Context
+                          ) -> tuple[Callable[[str | None], dict[str, str]],
+                                     Callable[[str], object]]:
+        from airflow_tpc.spark.group_context import GROUP_CONF_KEY, build_group_payload
+
+        group, hooks = self.open_group()
+        gtxn = group.begin(str(self.epoch), owner=_owner(context))
+        self.log.info("Began group %s of %s (fencing number %d): %s", gtxn.txn_id, group.uri,
+                      gtxn.attempt, ", ".join(f"{n} -> {t.staging_uri}"
+                                              for n, t in gtxn.members.items()))
+        context["ti"].xcom_push(key=GROUP_XCOM_KEY, value=gtxn.to_dict())
+
+        def conf_for(credentials_file: str | None) -> dict[str, str]:
+            members = {name: job_payload(
+                gtxn.member(name), guarantee=self.guarantee,
+                promotion=hooks[name].get_sink().config.promotion,
+                public_storage=hooks[name].job_public_options(),
+                credentials_file=credentials_file,
+                table=hooks[name].target if hooks[name].is_table else None,
+                epoch_column=hooks[name].epoch_layout) for name in gtxn.members}
+            return {GROUP_CONF_KEY: build_group_payload(group.uri, gtxn.namespace, gtxn.epoch,
+                                                        gtxn.attempt, members)}
+
+        def abort(reason: str) -> None:
+            try:
+                group.abort(gtxn, reason)
+            except Exception as exc:  # the next attempt fences it; abort/recover cleans
+                self.log.warning("Could not abort group %s (%s)", gtxn.txn_id, exc)
+
+        return conf_for, abort
+
+
+class GroupPrecommitSensor(GroupTaskMixin, BaseSensorOperator):
+    """Wait until every member of the run's group attempt is sealed (and each table
+    member's files fit its table).  Fails (so the abort task runs) when any member is
+    aborted, expired or fenced, when a table member's check fails, or when the group
+    was decided abort.  XCom: ``{"txn_id", "epoch", "attempt", "members": {name: the
+    member's pointer (digest, counts)}}``."""
+
+    template_fields: Sequence[str] = (*GROUP_TEMPLATE_FIELDS, "submit_task_id")
+    ui_color = "#fde2a7"
+
+    def __init__(self, *, targets: Mapping[str, Any], namespace: str, submit_task_id: str,
+                 group_uri: str | None = None, storage_conn_id: str | None = None,
+                 storage_options: dict[str, Any] | None = None, sink_config: Any = None,
+                 catalog_conn_id: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.submit_task_id = submit_task_id
+        self._init_group(targets, namespace, group_uri, storage_conn_id, storage_options,
+                         sink_config, catalog_conn_id)
+
+    def poke(self, context: Context) -> PokeReturnValue | bool:
+        group, hooks = self.open_group()
+        gtxn = _loaded(group, context["ti"].xcom_pull(task_ids=self.submit_task_id,
+                                                      key=GROUP_XCOM_KEY), self.submit_task_id)
+        status = group.poll(gtxn)
+        if status.outcome == "abort":
+            raise PrecommitFailed(f"group {gtxn.txn_id} was aborted ({status.reason})")
+        if status.highest_attempt > gtxn.attempt:
+            raise PrecommitFailed(f"group {gtxn.txn_id} is fenced: group attempt "
+                                  f"{status.highest_attempt} of epoch {gtxn.epoch} has begun")
+        pointers = {}
+        for name, hook in hooks.items():
+            check = hook.check_precommit(gtxn.member(name).to_dict())
+            if check.status == "failed":
+                raise PrecommitFailed(f"member {name!r} of group {gtxn.txn_id}: "
+                                      f"{check.message}")
+            if check.status == "waiting":
+                self.log.info("member %s: %s", name, check.message)
+                return False
+            pointers[name] = hook.precommit_pointer(check)
+        self.log.info("group %s: every member sealed (%s)", gtxn.txn_id, ", ".join(
+            f"{n} {p['files']} files" for n, p in pointers.items()))
+        return PokeReturnValue(is_done=True, xcom_value={
+            "txn_id": gtxn.txn_id, "group": group.uri, "epoch": gtxn.epoch,
+            "attempt": gtxn.attempt, "members": pointers})
+
+
+class GroupCommitOperator(GroupTaskMixin, BaseOperator):
+    """Commit the run's group attempt against the digests the sensor validated: one
+    decision, then every member switched; then one Asset event per member (never
+    before the whole group switched, and not again after a finished commit)."""
+
+    template_fields: Sequence[str] = (*GROUP_TEMPLATE_FIELDS, "sensor_task_id")
+    ui_color = "#b7e4c7"
+
+    def __init__(self, *, targets: Mapping[str, Any], namespace: str, sensor_task_id: str,
+                 group_uri: str | None = None, storage_conn_id: str | None = None,
+                 storage_options: dict[str, Any] | None = None, sink_config: Any = None,
+                 catalog_conn_id: str | None = None, force: bool = False,
+                 **kwargs: Any) -> None:
+        default_outlets = "outlets" not in kwargs
+        super().__init__(**kwargs)
+        self.sensor_task_id = sensor_task_id
+        self.force = force
+        self._init_group(targets, namespace, group_uri, storage_conn_id, storage_options,
+                         sink_config, catalog_conn_id)
+        if default_outlets:
+            self.outlets = self.group_args.assets()
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        pointer = context["ti"].xcom_pull(task_ids=self.sensor_task_id)
+        if not pointer or "members" not in pointer:
+            raise InvalidState(f"no pre-commit pointer from task {self.sensor_task_id!r}: "
+                               "nothing validated to commit")
+        group, _ = self.open_group()
+        gtxn = _loaded(group, pointer, self.sensor_task_id)
+        was_published = group.poll(gtxn).published
+        result = group.commit(gtxn, force=self.force, expected_digests={
+            n: p["digest"] for n, p in pointer["members"].items()})
+        published = group.poll(gtxn).published
+        targets = {n: args.target for n, args in self.group_args.members}
+        summary = {"outcome": result.outcome, "txn_id": gtxn.txn_id, "group": group.uri,
+                   "epoch": gtxn.epoch, "attempt": gtxn.attempt, "published": published,
+                   "members": {n: {**p, "target": targets[n],
+                                   "published_attempt": result.published.get(n)}
+                               for n, p in sorted(pointer["members"].items())}}
+        context["ti"].xcom_push(key="tpc_group_commit", value=summary)
+        if not published or was_published:
+            # Not every member switched to this attempt (a later one owns the epoch), or
+            # a previous try already announced it: no (second) Asset event.
+            self.log.info("group %s: %s; no Asset event", gtxn.txn_id,
+                          "already published" if was_published else "superseded")
+            self.outlets = []
+            return summary
+        by_uri = {target_asset(t).uri: n for n, t in targets.items()}
+        for outlet in self.outlets:
+            if isinstance(outlet, Asset):
+                name = by_uri.get(outlet.uri)
+                member = pointer["members"].get(name, {}) if name else {}
+                context["outlet_events"][outlet].extra = {
+                    "epoch": gtxn.epoch, "txn_id": gtxn.txn_id, "attempt": gtxn.attempt,
+                    "group": group.uri, "member": name, "files": member.get("files"),
+                    "rows": member.get("rows"), "digest": member.get("digest")}
+        self.log.info("group %s %s: %s", gtxn.txn_id, result.outcome, ", ".join(
+            f"{n} {p['files']} files" for n, p in pointer["members"].items()))
+        return summary
+
+
+class GroupAbortOperator(GroupTaskMixin, BaseOperator):
+    """Abort the run's group attempt (every member): by default when submit, sensor or
+    commit failed.  A committed group is never aborted (logged, not raised: a commit that
+    failed after its decision is rolled forward by re-running the commit task)."""
+
+    template_fields: Sequence[str] = (*GROUP_TEMPLATE_FIELDS, "submit_task_id", "reason")
+    ui_color = "#f4a6a6"
+
+    def __init__(self, *, targets: Mapping[str, Any], namespace: str, submit_task_id: str,
+                 group_uri: str | None = None, storage_conn_id: str | None = None,
+                 storage_options: dict[str, Any] | None = None, sink_config: Any = None,
+                 catalog_conn_id: str | None = None,
+                 reason: str = "aborted by the DAG run ({{ ti.task_id }})",
+                 trigger_rule: str = "one_failed", fail_run: bool = False,
+                 **kwargs: Any) -> None:
+        super().__init__(trigger_rule=trigger_rule, **kwargs)
+        self.submit_task_id = submit_task_id
+        self.reason = reason
+        self.fail_run = fail_run
+        self._init_group(targets, namespace, group_uri, storage_conn_id, storage_options,
+                         sink_config, catalog_conn_id)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        result = self._abort(context)
+        if self.fail_run:  # the run's outcome (a rejection at the approval gate)
+            context["ti"].xcom_push(key="return_value", value=result)
+            raise AirflowFailException(
+                f"{self.reason}: the run's group transaction was aborted "
+                f"({', '.join(result['aborted']) or 'nothing left to abort'}); "
+                "failing the run so the epoch is not taken as committed")
+        return result
+
+    def _abort(self, context: Context) -> dict[str, list[str]]:
+        doc = context["ti"].xcom_pull(task_ids=self.submit_task_id, key=GROUP_XCOM_KEY)
+        if not doc:
+            self.log.info("No group transaction was begun by %s: nothing to abort",
+                          self.submit_task_id)
+            return {"aborted": [], "committed": []}
+        group, _ = self.open_group()
+        gtxn = _loaded(group, doc, self.submit_task_id)
+        try:
+            made = group.abort(gtxn, str(self.reason))
+        except InvalidState as exc:
+            self.log.warning("Not aborted: %s. If a commit task failed after its decision, "
+                             "re-run it to finish the switch.", exc)
+            return {"aborted": [], "committed": [gtxn.txn_id]}
+        self.log.info("Aborted group %s%s", gtxn.txn_id, "" if made else " (already aborted)")
+        return {"aborted": [gtxn.txn_id], "committed": []}
