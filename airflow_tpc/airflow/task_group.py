@@ -82,6 +82,10 @@ def exactly_once_spark_group(
         raise ValueError(f"{group_id}: give either target (one output) or targets (several, "
                          "committed as one group transaction), not both or neither")
     if targets is not None:
+        if deferrable:
+            raise ValueError(f"{group_id}: the group's pre-commit sensor is not deferrable "
+                             "yet; use sensor_mode='reschedule' (it frees the worker slot "
+                             "between pokes too)")
         if ledger_uri or replace_where is not None or write_mode != "replace" or add_columns:
             raise ValueError(f"{group_id}: with targets, give ledger_uri, replace_where, "
                              "write_mode and add_columns per member: targets={name: "
