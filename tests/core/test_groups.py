@@ -313,3 +313,54 @@ def test_members_and_namespace_of_a_group_never_change(local):
     with pytest.raises(Exception, match="folder of its own"):
         Group({"events": Sink(f"{base}/events", NS, storage_options=options)},
               f"{base}/events/_groups", storage_options=options)
+
+
+def test_a_begin_that_dies_between_members_never_commits_and_recover_aborts_it(local):
+    store = local
+    group = _group(store)
+    points = []
+
+    def die_at_second_member(name: str) -> None:
+        points.append(name)
+        if len(points) == 2:
+            raise InjectedCrash("begin died after the first member")
+
+    with faults.armed("group.begin.before_member", die_at_second_member), \
+            pytest.raises(InjectedCrash):
+        group.begin("5")
+    half = _group(store).transaction("5", 1)  # loads: the missing member as planned
+    with pytest.raises(InvalidState):
+        _group(store).commit(half)
+    gtxn = _stage(_group(store), "5", NEW)
+    assert gtxn.attempt == 2
+    _group(store).commit(gtxn)
+    report = _group(store).recover()
+    assert ("5", 1, "superseded") in report.aborted
+    assert _member_state(group, "daily", "5", 1) == TxnState.ABORTED  # the member that began
+    assert [i.attempt for i in group.sinks["events"].describe("5")] == [2]
+    assert _cut(group) == {"5": _as_cut(NEW)}
+
+
+def test_a_member_number_taken_by_a_racing_writer_aborts_that_group_attempt(local):
+    """A writer outside the group takes the attempt number on one member between the
+    group's record and that member's begin: the group decides abort for that number
+    and begins again above it."""
+    store = local
+    group = _group(store)
+    raced = []
+
+    def outside_begin(_name: str) -> None:
+        if not raced:
+            raced.append(Sink(group.sinks["events"].target, NS,
+                              storage_options=store[1]).begin("5"))
+
+    with faults.armed("group.begin.before_member", outside_begin):
+        gtxn = group.begin("5")
+    assert raced[0].attempt == 1 and gtxn.attempt == 2
+    assert group.poll(GroupTransaction(NS, group.uri, "5", 1, 0, 1, {})).outcome == "abort"
+    assert _member_state(group, "daily", "5", 1) == TxnState.ABORTED
+    for name, sink in group.sinks.items():
+        write_staged(sink, gtxn.member(name), NEW[name])
+    group.precommit(gtxn)
+    group.commit(gtxn)
+    assert _cut(group) == {"5": _as_cut(NEW)}
