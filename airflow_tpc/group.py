@@ -45,6 +45,7 @@ from .errors import (
     TransactionExpired,
 )
 from .faults import crashpoint
+from .group_maintenance import GroupMaintenance
 from .group_records import (
     GROUP_BEGIN_FORMAT,
     GROUP_DECISION_FORMAT,
@@ -58,7 +59,7 @@ from .group_records import (
     GroupStatus,
     GroupTransaction,
 )
-from .ledger import TPC_DIR, AttemptRecords, Ledger, check_attempt, check_epoch, epoch_sort_key
+from .ledger import TPC_DIR, AttemptRecords, Ledger, check_attempt, check_epoch
 from .manifest import Manifest
 from .records import BEGIN, CLOSED, DECISION, PUBLISHED, Begin
 from .sink import Sink
@@ -71,7 +72,7 @@ __all__ = ["Group", "GroupAbort", "GroupCommit", "GroupCommitResult", "GroupReco
 log = logging.getLogger("airflow_tpc")
 
 
-class Group:
+class Group(GroupMaintenance):
     """Several targets written as one transaction per epoch (all or nothing).
 
     >>> group = Group({"events": Sink("s3://lake/events", "etl"),
@@ -396,104 +397,3 @@ class Group:
                     and begin.group.get("uri", "").rstrip("/") == self.uri:
                 sink._abort(epoch, attempt, f"group: {reason}", expired, by_group=True)
                 crashpoint("group.abort.after_member")
-
-    # ---------------------------------------------------------------- recover
-    def recover(self, *, abort_undecided: bool = False, now: float | None = None,
-                ignore_failures_after_timeout: bool = False) -> GroupRecoveryReport:
-        """Finish every decided group attempt on every member; abort the undecided ones
-        that are superseded, expired, or (``abort_undecided``) all of them; then each
-        member's own recover (its other epochs, staging left behind)."""
-        now = time.time() if now is None else now
-        report = GroupRecoveryReport()
-        scan = self.ledger.scan()
-        for epoch in sorted(scan, key=epoch_sort_key):
-            attempts = scan[epoch]
-            top = max(attempts)
-            for attempt in sorted(attempts):
-                rec = attempts[attempt]
-                if rec.kinds & {PUBLISHED, CLOSED}:
-                    continue
-                try:
-                    if DECISION not in rec.kinds:
-                        why = self._why_abort(epoch, attempt, rec, top, abort_undecided, now)
-                        if why is None:
-                            continue
-                        try:
-                            self._decide_abort(epoch, attempt, f"{why} (group recover)",
-                                               expired=why == "expired")
-                            report.aborted.append((epoch, attempt, why))
-                        except InvalidState:
-                            pass  # a live committer decided commit meanwhile: finish it
-                        rec.kinds.add(DECISION)
-                    if isinstance(self.ledger.get(epoch, attempt, rec, DECISION), GroupCommit):
-                        report.rolled_forward.append((epoch, attempt))
-                    self._finish(epoch, attempt, rec)
-                except TpcError as exc:
-                    log.error("group recover could not finish %s/%s/%d: %s", self.namespace,
-                              epoch, attempt, exc)
-                    report.errors.append((epoch, attempt, str(exc)))
-        self.ledger.sync_pending(scan, self.ledger.pending())
-        for name, sink in self.sinks.items():
-            try:
-                sink.recover(now=now, ignore_failures_after_timeout=ignore_failures_after_timeout)
-            except TpcError as exc:
-                report.errors.append((name, -1, str(exc)))
-        if report.errors:
-            err = TpcError(f"recover of group {self.uri} left {len(report.errors)} problem(s); "
-                           f"first: {report.errors[0][2]}. Nothing was lost: the next recover "
-                           "retries.")
-            err.report = report  # type: ignore[attr-defined]
-            raise err
-        return report
-
-    def _why_abort(self, epoch: str, attempt: int, rec: AttemptRecords, top: int,
-                   abort_undecided: bool, now: float) -> str | None:
-        """Why recover aborts an undecided group attempt, or None to leave it open."""
-        if attempt < top:
-            return "superseded"
-        if abort_undecided:
-            return "restore"
-        begin = self.ledger.get(epoch, attempt, rec, BEGIN)
-        if not isinstance(begin, GroupTransaction) or now - begin.started_at > begin.timeout_s:
-            return "expired"
-        return None
-
-    # ---------------------------------------------------------------- readers
-    def poll(self, gtxn: GroupTransaction) -> GroupStatus:
-        """The cheap question a waiting task asks: one listing of the epoch's group
-        ledger, and the attempt's decision if it has one."""
-        attempts = self.ledger.scan(gtxn.epoch).get(gtxn.epoch, {})
-        rec = attempts.get(gtxn.attempt, AttemptRecords())
-        decision = self.ledger.get(gtxn.epoch, gtxn.attempt, rec, DECISION)
-        return GroupStatus(decision.outcome if decision is not None else None,
-                           max(attempts, default=gtxn.attempt), PUBLISHED in rec.kinds,
-                           decision.reason if isinstance(decision, GroupAbort) else None)
-
-    def stable_epochs(self) -> dict[str, int]:
-        """epoch -> the group attempt every member publishes: its winning (highest)
-        group commit, once ``published.json`` says every member switched.  An epoch
-        whose newest commit is still switching is left out (the last stable cut)."""
-        out = {}
-        for epoch, attempts in self.ledger.scan().items():
-            for attempt in sorted(attempts, reverse=True):
-                rec = attempts[attempt]
-                if DECISION not in rec.kinds:
-                    continue
-                if isinstance(self.ledger.get(epoch, attempt, rec, DECISION), GroupCommit):
-                    if PUBLISHED in rec.kinds:
-                        out[epoch] = attempt
-                    break
-        return out
-
-    def committed_files(self) -> dict[str, dict[str, list[str]]]:
-        """member -> epoch -> file URIs, for the stable epochs only, read as one cut: an
-        epoch whose winning group attempt changed while the members were read (a re-run
-        switching) is left out rather than shown half old, half new."""
-        before = self.stable_epochs()
-        files = {name: sink.committed_files(list(before))
-                 for name, sink in self.sinks.items()}
-        after = self.stable_epochs()
-        cut = {e for e, a in before.items() if after.get(e) == a
-               and all(e in per_epoch for per_epoch in files.values())}
-        return {name: {e: f for e, f in per_epoch.items() if e in cut}
-                for name, per_epoch in files.items()}
