@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidState, TpcError
 from .group_records import (
     GroupAbort,
     GroupCommit,
+    GroupLedger,
     GroupRecoveryReport,
     GroupStatus,
     GroupTransaction,
 )
 from .ledger import AttemptRecords, epoch_sort_key
 from .records import BEGIN, CLOSED, DECISION, PUBLISHED
+from .storage import open_storage
 
 if TYPE_CHECKING:
     from .group import Group
@@ -106,17 +108,7 @@ class GroupMaintenance:
         """epoch -> the group attempt every member publishes: its winning (highest)
         group commit, once ``published.json`` says every member switched.  An epoch
         whose newest commit is still switching is left out (the last stable cut)."""
-        out = {}
-        for epoch, attempts in self.ledger.scan().items():
-            for attempt in sorted(attempts, reverse=True):
-                rec = attempts[attempt]
-                if DECISION not in rec.kinds:
-                    continue
-                if isinstance(self.ledger.get(epoch, attempt, rec, DECISION), GroupCommit):
-                    if PUBLISHED in rec.kinds:
-                        out[epoch] = attempt
-                    break
-        return out
+        return stable_epochs(self.ledger)
 
     def committed_files(self: Group) -> dict[str, dict[str, list[str]]]:
         """member -> epoch -> file URIs, for the stable epochs only, read as one cut: an
@@ -130,3 +122,26 @@ class GroupMaintenance:
                and all(e in per_epoch for per_epoch in files.values())}
         return {name: {e: f for e, f in per_epoch.items() if e in cut}
                 for name, per_epoch in files.items()}
+
+
+def stable_epochs(ledger: GroupLedger) -> dict[str, int]:
+    """:meth:`GroupMaintenance.stable_epochs` from the group's ledger alone (one listing,
+    a read per decided epoch): what a reader needs, without opening the members (a
+    job-side reader of one folder member opens no table library)."""
+    out = {}
+    for epoch, attempts in ledger.scan().items():
+        for attempt in sorted(attempts, reverse=True):
+            rec = attempts[attempt]
+            if DECISION not in rec.kinds:
+                continue
+            if isinstance(ledger.get(epoch, attempt, rec, DECISION), GroupCommit):
+                if PUBLISHED in rec.kinds:
+                    out[epoch] = attempt
+                break
+    return out
+
+
+def open_group_ledger(uri: str, storage_options: dict[str, Any] | None = None) -> GroupLedger:
+    """The ledger of the group whose folder is ``uri`` (read-only use: readers)."""
+    storage, root = open_storage(uri, storage_options)
+    return GroupLedger(storage, root)

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import TpcError
+from ..ledger import epoch_sort_key
 from ..staging import list_staged
 from ..storage import storage_class
 from .committed import _ATTEMPT_BASE, fsspec_options, group_by_base, reader_sink
@@ -141,8 +142,16 @@ def read_committed(spark: Any, target: str, *, epochs: Iterable[str] | None = No
                    format: str = "parquet", storage_options: dict[str, Any] | None = None,
                    options: dict[str, str] | None = None, schema: Any = None,
                    distributed: bool | None = None,
-                   committed: Mapping[str, Iterable[str]] | str | None = None) -> Any:
+                   committed: Mapping[str, Iterable[str]] | str | None = None,
+                   group: str | None = None) -> Any:
     """A DataFrame of exactly the committed epochs of ``target``, with an ``epoch`` column.
+
+    ``group``: the folder of a group ``target`` is a member of (docs/groups.md): only the
+    group's *stable* epochs are read — those every member has switched to the group's
+    winning attempt — so a join with another member's read sees one consistent cut.
+    Read on the driver, the member's files are listed between two looks at the group's
+    ledger and an epoch whose winning attempt changed meanwhile is left out; a
+    distributed read takes the cut when it is called.
 
     ``epochs`` restricts to some epochs (those not committed are simply absent).
     ``schema`` is only used to type the empty result when nothing is committed.
@@ -160,6 +169,15 @@ def read_committed(spark: Any, target: str, *, epochs: Iterable[str] | None = No
     of the epoch's partition), read by Spark itself — distributed, no scan planning
     on the driver.  ``committed`` also works for a folder (skips reading the markers).
     """
+    cut: dict[str, int] | None = None
+    if group is not None:
+        from ..group_maintenance import open_group_ledger, stable_epochs
+
+        ledger = open_group_ledger(group, storage_options)
+        cut = stable_epochs(ledger)
+        wanted = set(cut) if epochs is None else set(cut) & {str(e) for e in epochs}
+        epochs = sorted(wanted, key=epoch_sort_key)
+        log.info("read_committed %s: the stable cut of group %s: %s", target, group, cut)
     if committed is not None:
         return _read_files(spark, load_committed(committed, storage_options), epochs, format,
                            storage_options, options or {}, schema)
@@ -192,6 +210,9 @@ def read_committed(spark: Any, target: str, *, epochs: Iterable[str] | None = No
         return reader.load()
     sink = reader_sink(target, storage_options)
     committed = sink.committed_files(epochs)
+    if group is not None and cut is not None:  # listed between two looks at the group
+        again = stable_epochs(ledger)
+        committed = {e: u for e, u in committed.items() if again.get(e) == cut.get(e)}
     groups = []
     for epoch, uris in committed.items():
         for base, files in group_by_base(uris, sink.output_uri(epoch)).items():
