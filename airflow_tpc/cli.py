@@ -451,6 +451,9 @@ def build_parser() -> argparse.ArgumentParser:
                            help="abort every undecided attempt (no writer is alive)")
             p.add_argument("--ignore-failures-after-timeout", action="store_true",
                            help="give up (loudly) commits that keep failing past the timeout")
+    from .cli_group import add_group_parser  # `airflow-tpc group ...`: a group, not a TARGET
+
+    add_group_parser(parser, sub)
     return parser
 
 
@@ -461,8 +464,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = {"allow_foreign_namespace": True} \
             if getattr(args, "allow_foreign_namespace", False) else {}
-        sink = open_sink(args.target, args.namespace, options, catalog_properties(args),
-                         getattr(args, "ledger_uri", None), **config)
+        sink = None if args.command == "group" else open_sink(  # a group opens its own
+            args.target, args.namespace, options, catalog_properties(args),
+            getattr(args, "ledger_uri", None), **config)
         out = args.fn(sink, args)
     except Exception as exc:
         message = _unreachable_message(exc, args, options)

@@ -4,7 +4,9 @@ Other implementations (a Java committer, a Rust reader) validate against the
 published files in ``docs/schema/`` instead of reverse-engineering Python.  The
 schemas are *generated* here — field names and types from the dataclasses
 (:class:`~airflow_tpc.transaction.Transaction`, :class:`~airflow_tpc.records.Begin`,
-:class:`~airflow_tpc.records.Totals`, :class:`~airflow_tpc.manifest.FileEntry`),
+:class:`~airflow_tpc.records.Totals`, :class:`~airflow_tpc.manifest.FileEntry`, and a
+group's :class:`~airflow_tpc.group_records.GroupTransaction`,
+:class:`~airflow_tpc.group_records.GroupCommit`, :class:`~airflow_tpc.group_records.GroupAbort`),
 formats, versions, modes and patterns from the constants the parsers check — so a
 record type that grows a field changes its schema, and ``tests/core/test_json_schema.py``
 fails until ``python -m airflow_tpc.schemas docs/schema`` is run again.
@@ -30,6 +32,15 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from .group_records import (
+    GROUP_BEGIN_FORMAT,
+    GROUP_DECISION_FORMAT,
+    GROUP_FORMAT,
+    MEMBER_RE,
+    GroupAbort,
+    GroupCommit,
+    GroupTransaction,
+)
 from .ledger import EPOCH_RE
 from .manifest import FORMAT as MANIFEST_FORMAT
 from .manifest import VERSION as MANIFEST_VERSION
@@ -44,6 +55,9 @@ ID_BASE = "https://airflow-tpc.invalid/schema/"  # a name, not a fetchable addre
 EPOCH_PATTERN = f"^{EPOCH_RE.pattern}$"
 CHECKSUM_PATTERN = r"^(sha256|md5|etag):[0-9A-Za-z\-]{1,128}$"
 DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
+MEMBER_PATTERN = f"^{MEMBER_RE.pattern}$"
+#: The version every group record is written with (group.py writes ``"version": 1``).
+GROUP_VERSION = 1
 #: Every ledger record's per-call writer id (optional: records written before it have none).
 WRITER = {"type": "string", "pattern": "^[0-9a-f]{32}$",
           "description": "a fresh id per writing call: proves a record found after a lost "
@@ -156,33 +170,55 @@ def manifest_schema() -> dict[str, Any]:
                  "digest"]))
 
 
+def _group_member(nullable: bool = False) -> dict[str, Any]:
+    """A member record's ``group``: ``{"uri": the group's folder, "member": its name}``."""
+    return {"type": ["object", "null"] if nullable else "object", "required": ["uri", "member"],
+            "properties": {"uri": {"type": "string", "minLength": 1},
+                           "member": {"type": "string", "pattern": MEMBER_PATTERN}}}
+
+
+def _by_member(schema: dict[str, Any]) -> dict[str, Any]:
+    """An object from member name to ``schema`` (at least one member)."""
+    return {"type": "object", "minProperties": 1,
+            "propertyNames": {"pattern": MEMBER_PATTERN}, "additionalProperties": schema}
+
+
 def begin_schema() -> dict[str, Any]:
     props, required = record_properties(Begin)
+    props = _refine(props)
+    props["group"] = _group_member(nullable=True)  # a group member's attempt (§14.2)
     return _document(
         "begin", "airflow-tpc ledger record begin.json",
-        "An attempt as it began; its attempt number fences every lower one.",
-        _object({**_refine(props), "writer": WRITER}, required))
+        "An attempt as it began; its attempt number fences every lower one. A member "
+        "of a group transaction names its group (`group`).",
+        _object({**props, "writer": WRITER}, required))
+
+
+def _commit_decision() -> dict[str, Any]:
+    """A version-2 commit decision: a target's own, or each member's in its group's."""
+    return _object({**_const_format(DECISION_FORMAT, DECISION_VERSION),
+                    "outcome": {"const": "commit"}, "txn": _txn_ref(),
+                    "txn_id": {"type": "string", "minLength": 1},
+                    "staging": {"type": "string", "minLength": 1},
+                    "decided_at": {"type": "number"},
+                    "mode": {"enum": list(PROMOTION_MODES)},
+                    "verify": {"enum": list(VERIFY_MODES)},
+                    "forced": {"type": "boolean"},
+                    "manifest_digest": {"type": "string", "pattern": DIGEST_PATTERN},
+                    "totals": _totals(), "writer": WRITER,
+                    "scope": {"type": "object", "required": ["kind"],
+                              "properties": {"kind": {"enum": ["epoch", "where",
+                                                                "append"]},
+                                             "where": {"type": "string",
+                                                       "minLength": 1},
+                                             "add_columns": {"type": "boolean"}}},
+                    "group": _group_member()},
+                   ["format", "version", "outcome", "txn", "txn_id", "staging",
+                    "decided_at", "mode", "verify", "forced", "manifest_digest", "totals"])
 
 
 def decision_schema() -> dict[str, Any]:
-    commit = _object({**_const_format(DECISION_FORMAT, DECISION_VERSION),
-                      "outcome": {"const": "commit"}, "txn": _txn_ref(),
-                      "txn_id": {"type": "string", "minLength": 1},
-                      "staging": {"type": "string", "minLength": 1},
-                      "decided_at": {"type": "number"},
-                      "mode": {"enum": list(PROMOTION_MODES)},
-                      "verify": {"enum": list(VERIFY_MODES)},
-                      "forced": {"type": "boolean"},
-                      "manifest_digest": {"type": "string", "pattern": DIGEST_PATTERN},
-                      "totals": _totals(), "writer": WRITER,
-                      "scope": {"type": "object", "required": ["kind"],
-                                "properties": {"kind": {"enum": ["epoch", "where",
-                                                                  "append"]},
-                                               "where": {"type": "string",
-                                                         "minLength": 1},
-                                               "add_columns": {"type": "boolean"}}}},
-                     ["format", "version", "outcome", "txn", "txn_id", "staging",
-                      "decided_at", "mode", "verify", "forced", "manifest_digest", "totals"])
+    commit = _commit_decision()
     legacy_commit = _object({"outcome": {"const": "commit"}, "version": {"const": 1},
                              "manifest": {"$ref": "manifest.schema.json"}},
                             ["outcome", "manifest"],
@@ -223,6 +259,58 @@ def fact_schemas() -> dict[str, dict[str, Any]]:
             "An abort was carried out: the attempt's staging is gone.",
             _object({"closed_at": {"type": "number"}, "writer": WRITER}, ["closed_at"])),
     }
+
+
+def group_claim_schema() -> dict[str, Any]:
+    return _document(
+        "group", "airflow-tpc group claim (G/_tpc/group.json)",
+        "A group's namespace and members (name -> target URI), written once and never "
+        "changed: a new set of targets is a new group (docs/PROTOCOL.md §14.2).",
+        _object({**_const_format(GROUP_FORMAT, GROUP_VERSION),
+                 "namespace": {"type": "string", "minLength": 1},
+                 "members": _by_member({"type": "string", "minLength": 1})},
+                ["format", "version", "namespace", "members"]))
+
+
+def group_begin_schema() -> dict[str, Any]:
+    props, required = record_properties(GroupTransaction)
+    member_props, member_required = record_properties(Transaction)
+    props = _refine(props)
+    props["group"] = {**props["group"], "minLength": 1}
+    props["members"] = _by_member(_object(_refine(member_props), member_required))
+    return _document(
+        "group-begin", "airflow-tpc group ledger record begin.json (G/_tpc/ledger/...)",
+        "A group attempt as it began: each member's transaction as planned, all with the "
+        "group's attempt number (docs/PROTOCOL.md §14.2).",
+        _object({**_const_format(GROUP_BEGIN_FORMAT, GROUP_VERSION), **props,
+                 "owner": {"type": "object"}, "nonce": {"type": "string"},
+                 "writer": WRITER},
+                ["format", "version", *required]))
+
+
+def group_decision_schema() -> dict[str, Any]:
+    """The group's decision.json: a commit (each member's own decision record) or an
+    abort, with the group attempt's identity."""
+    ident, ident_required = record_properties(GroupTransaction,
+                                              only=("namespace", "group", "epoch", "attempt"))
+    ident = {**_const_format(GROUP_DECISION_FORMAT, GROUP_VERSION), **_refine(ident),
+             "group": {"type": "string", "minLength": 1},
+             "txn_id": {"type": "string", "minLength": 1}, "writer": WRITER}
+    head = ["format", "version", "outcome", *ident_required, "txn_id"]
+    props, required = record_properties(GroupCommit)
+    props["members"] = _by_member({"allOf": [_commit_decision(), {"required": ["group"]}]})
+    commit = _object({**ident, "outcome": {"const": GroupCommit.outcome}, **props,
+                      "forced": {"type": "boolean"}}, [*head, *required, "forced"])
+    props, required = record_properties(GroupAbort)
+    abort = _object({**ident, "outcome": {"const": GroupAbort.outcome}, **props},
+                    [*head, *required])
+    return _document(
+        "group-decision", "airflow-tpc group ledger record decision.json (G/_tpc/ledger/...)",
+        "THE commit point of every member of a group attempt, written once "
+        "(put-if-absent): a commit carrying each member's own decision record as it is to "
+        "be written in that member's ledger, or an abort (docs/PROTOCOL.md §14.2). The "
+        "group's published.json and closed.json are the facts of the same names.",
+        {"oneOf": [commit, abort]})
 
 
 def marker_schema() -> dict[str, Any]:
@@ -298,7 +386,9 @@ def all_schemas() -> dict[str, dict[str, Any]]:
             "fingerprints": fingerprints_schema(),
             "published-marker": marker_schema(), "sink": sink_claim_schema(),
             "pending-index": pending_index_schema(),
-            "openlineage-facet": openlineage_facet_schema()}
+            "openlineage-facet": openlineage_facet_schema(),
+            "group": group_claim_schema(), "group-begin": group_begin_schema(),
+            "group-decision": group_decision_schema()}
 
 
 def render(schema: dict[str, Any]) -> str:

@@ -21,10 +21,13 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
 from airflow_tpc import Sink, SinkConfig
+from airflow_tpc.errors import LedgerError
 from airflow_tpc.faults import InjectedCrash, armed
+from airflow_tpc.group import Group
+from airflow_tpc.group_records import parse_group_record
 from airflow_tpc.manifest import MANIFEST_NAME, Manifest
 from airflow_tpc.schemas import all_schemas, render
-from tests.core.helpers import stage
+from tests.core.helpers import stage, write_staged
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "docs" / "schema"
 SCHEMAS = all_schemas()
@@ -113,7 +116,7 @@ def test_every_document_a_real_workload_writes_validates(store):
     # only local stores seal fingerprints (S3 lists ETags instead).
     # (the OpenLineage facet is no ledger document: tests/airflow/test_openlineage.py
     # validates the facets the real listener emits)
-    expected = set(SCHEMAS) - {"openlineage-facet"} \
+    expected = set(SCHEMAS) - {"openlineage-facet"} - GROUP_KINDS \
         - (set() if options is None else {"fingerprints"})
     assert expected <= set(seen), expected - set(seen)
     assert seen["decision:commit"] >= 3 and seen["decision:abort"] >= 2, seen
@@ -160,3 +163,117 @@ def test_documents_the_parsers_refuse_are_refused_by_the_schemas(tmp_path):
         if kind == "manifest":
             with pytest.raises(Exception):  # noqa: B017 - any refusal; the parser's own test names it
                 Manifest.parse(bad)
+
+
+# ------------------------------------------------------------------ groups
+#: The group's own records; its published.json and closed.json are the target facts.
+GROUP_KINDS = {"group", "group-begin", "group-decision"}
+
+
+def group_kind_of(rel: str) -> str | None:
+    """Which schema governs a document in a group's folder."""
+    name = rel.rsplit("/", 1)[-1]
+    if "/ledger/" in rel:
+        stem = name.removesuffix(".json")
+        return {"begin": "group-begin", "decision": "group-decision"}.get(stem, stem)
+    return {"group.json": "group", "index.json": "pending-index"}.get(name)
+
+
+def group_workload(tmp_path) -> Group:
+    """A real group: a commit, a re-run committed over it, an abort of a pre-committed
+    attempt, an expiry (recover), and a commit crashed after its decision."""
+    sinks = {n: Sink(str(tmp_path / n), "schemas", config=SinkConfig(timeout_s=600))
+             for n in ("events", "daily")}
+    group = Group(sinks, str(tmp_path / "groups" / "etl"))
+
+    def staged(epoch: str, data: bytes):
+        gtxn = group.begin(epoch)
+        for name, sink in group.sinks.items():
+            write_staged(sink, gtxn.member(name), {"part-0.parquet": data + name.encode()})
+        group.precommit(gtxn)
+        return gtxn
+
+    group.commit(staged("2026-11-20", b"a"))
+    group.commit(staged("2026-11-20", b"b"))  # a re-run: the higher attempt wins
+    group.abort(staged("2026-11-21", b"c"), reason="rejected at the gate")
+    group.begin("2026-11-22")  # open, will expire
+    group.recover(now=time.time() + 10_000)
+    with armed("group.after_decision"), pytest.raises(InjectedCrash):
+        group.commit(staged("2026-11-23", b"d"))
+    return group
+
+
+def test_every_document_a_real_group_writes_validates(tmp_path):
+    """The group's folder (claim, begin, commit and abort decisions, facts, pending
+    index) against the group schemas; its members' own records, which name the group,
+    against the target schemas."""
+    group = group_workload(tmp_path)
+    seen: dict[str, int] = {}
+    documents = [(path, doc, group_kind_of(path)) for path, doc in
+                 every_document(group, group.ledger.layout.root).items()]  # type: ignore[arg-type]
+    for sink in group.sinks.values():
+        documents += [(path, doc, kind_of(path)) for path, doc in
+                      every_document(sink, sink.layout.root, sink.layout.staging_root).items()]
+    members_named = 0
+    for path, doc, kind in documents:
+        assert kind in SCHEMAS, f"{path}: a document with no published schema"
+        errors = [e.message for e in validator(kind).iter_errors(doc)]
+        assert not errors, (path, errors)
+        if kind == "group-decision":
+            kind = f"group-decision:{doc['outcome']}"
+        seen[kind] = seen.get(kind, 0) + 1
+        if kind in ("begin", "decision") and isinstance(doc.get("group"), dict):
+            members_named += 1
+    assert {"group", "group-begin", "group-decision:commit", "group-decision:abort",
+            "published", "closed", "pending-index"} <= set(seen), seen
+    assert seen["group"] == 1 and seen["group-begin"] == 5, seen
+    assert seen["group-decision:commit"] == 3 and seen["group-decision:abort"] == 2, seen
+    assert members_named >= 2 * 5 + 2 * 2  # every member begin; the members' commits
+
+
+def _group_mutations(decision: dict, begin: dict, claim: dict):
+    """(kind, name, document, refused by the parser too) that the schemas refuse."""
+    def changed(doc: dict, fn) -> dict:
+        doc = copy.deepcopy(doc)
+        fn(doc)
+        return doc
+
+    member = next(iter(decision["members"]))
+    yield "group-decision", "a member without its digest", changed(
+        decision, lambda d: d["members"][member].pop("manifest_digest")), True
+    yield "group-decision", "no members", changed(
+        decision, lambda d: d.update(members={})), True
+    yield "group-decision", "unknown outcome", changed(
+        decision, lambda d: d.update(outcome="maybe")), True
+    yield "group-decision", "unknown version", changed(
+        decision, lambda d: d.update(version=2)), True
+    yield "group-decision", "a member decision without its group", changed(
+        decision, lambda d: d["members"][member].pop("group")), False
+    yield "group-decision", "a bad member name", changed(
+        decision, lambda d: d["members"].update({"no name!": d["members"][member]})), False
+    yield "group-begin", "no members", changed(begin, lambda d: d.pop("members")), True
+    yield "group-begin", "a member without staging", changed(
+        begin, lambda d: d["members"][member].pop("staging_uri")), True
+    yield "group-begin", "no timeout", changed(begin, lambda d: d.pop("timeout_s")), True
+    yield "group", "no members", changed(claim, lambda d: d.pop("members")), False
+    yield "group", "a member without a target", changed(
+        claim, lambda d: d["members"].update({member: ""})), False
+
+
+def test_group_documents_the_parsers_refuse_are_refused_by_the_schemas(tmp_path):
+    group = group_workload(tmp_path)
+    layout, storage = group.ledger.layout, group.storage
+
+    def read(path: str) -> dict:
+        return json.loads(storage.read_bytes(path))
+
+    decision = read(layout.record("2026-11-20", 1, "decision"))
+    begin = read(layout.record("2026-11-20", 1, "begin"))
+    claim = read(storage.join(layout.root, "_tpc", "group.json"))
+    assert not list(validator("group-decision").iter_errors(decision))
+    for kind, what, bad, parser_refuses in _group_mutations(decision, begin, claim):
+        assert list(validator(kind).iter_errors(bad)), f"{kind}: {what} validated"
+        if parser_refuses:
+            with pytest.raises(LedgerError):
+                parse_group_record(kind.removeprefix("group-"), bad, epoch="2026-11-20",
+                                   attempt=1, group=group.uri, where="test")
