@@ -327,10 +327,11 @@ def _store_options(p: argparse.ArgumentParser) -> None:
 
 def add_group_parser(parser: argparse.ArgumentParser, sub: Any) -> None:
     """Add ``group`` to the CLI's commands (``sub``: its sub-parsers).  It takes a group,
-    not a TARGET, so it is not among ``cli.COMMANDS`` and not in their list; the
-    parser's epilog names it."""
+    not a TARGET, so it is not among ``cli.COMMANDS`` (which all take one)."""
     gp = sub.add_parser(
-        "group", description="Inspect and repair a group transaction: one epoch of several "
+        "group", help="a group transaction (several targets, one decision): status, "
+        "recover, abort",
+        description="Inspect and repair a group transaction: one epoch of several "
         "targets, all or nothing (docs/groups.md). A group is named by its own folder, "
         "its members (--member NAME=TARGET, each of them) and its namespace.",
         epilog="Run 'airflow-tpc group COMMAND --help' for a command's options. Exit codes: "

@@ -74,9 +74,9 @@ class GroupMaintenance:
             except TpcError as exc:
                 report.errors.append((name, -1, str(exc)))
         if report.errors:
+            first = report.errors[0][2].rstrip(".")
             err = TpcError(f"recover of group {self.uri} left {len(report.errors)} problem(s); "
-                           f"first: {report.errors[0][2]}. Nothing was lost: the next recover "
-                           "retries.")
+                           f"first: {first}. Nothing was lost: the next recover retries.")
             err.report = report  # type: ignore[attr-defined]
             raise err
         return report

@@ -72,7 +72,7 @@ def test_version_and_help_for_every_option(capsys):
     sub = next(a for a in parser._actions if a.dest == "command")
     for action in parser._actions:
         assert action.help, action
-    assert {c.dest for c in sub._choices_actions} == set(COMMANDS)
+    assert {c.dest for c in sub._choices_actions} == set(COMMANDS) | {"group"}
     for choice in sub._choices_actions:
         assert choice.help, choice.dest
     for name, p in sub.choices.items():
