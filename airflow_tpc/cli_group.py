@@ -39,6 +39,7 @@ from .ledger import TPC_DIR, Ledger, check_epoch, epoch_sort_key
 from .records import BEGIN, CLOSED, DECISION, PUBLISHED, Begin
 from .sink import Sink
 from .storage import open_storage
+from .tables.history import shown_target
 from .transaction import TxnState
 
 GROUP_CLAIM = "group.json"
@@ -226,7 +227,7 @@ def cmd_status(group: Group, args: argparse.Namespace) -> Any:
     rows = describe_group(group, epoch)
     stable = _stable(group, epoch)
     doc = {"group": group.uri, "namespace": group.namespace,
-           "members": {n: s.target for n, s in group.sinks.items()},
+           "members": {n: shown_target(s) for n, s in group.sinks.items()},
            "stable_epochs": stable, "attempts": rows}
     if args.json:
         return doc

@@ -26,6 +26,10 @@ Configuration (environment, read when the DAG file is parsed):
   TPC_EXAMPLE_REPLACE_WHERE  an existing table of its own partitioning: the rows one run
                        owns, templated, e.g. "day = '{{ ds }}'" (the job writes a "day"
                        column; without it the table uses the identity(epoch) layout)
+  TPC_EXAMPLE_GROUP    the second DAG, tpc_daily_events_group: the same job writes a folder
+                       (TPC_EXAMPLE_TARGET + "_group") and an Iceberg table (TPC_EXAMPLE_TABLE
+                       + "_group") as ONE group transaction: both or neither (docs/groups.md);
+                       "0": no such DAG
 """
 
 from __future__ import annotations
@@ -40,6 +44,11 @@ from airflow_tpc.airflow import exactly_once_spark_group
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "aggregate_events.py")
 TARGET = os.environ.get("TPC_EXAMPLE_TARGET", "/tmp/airflow-tpc/daily_event_counts")
 TABLE = os.environ.get("TPC_EXAMPLE_TABLE", "iceberg://tpc_example/analytics.daily_event_counts")
+PARAMS = {
+    "rows": Param(20_000, type="integer", minimum=1),
+    "seed": Param(0, type="integer", description="change to simulate changed input"),
+    "fail_on_try": Param(0, type="integer", description="make the job die on this try"),
+}
 ARGS = ["--rows", "{{ params.rows }}", "--seed", "{{ params.seed }}",
         "--fail-on-try", "{{ params.fail_on_try }}", "--try", "{{ ti.try_number }}"]
 
@@ -50,11 +59,7 @@ with DAG(
     start_date=datetime(2026, 11, 1),
     catchup=False,
     max_active_runs=2,
-    params={
-        "rows": Param(20_000, type="integer", minimum=1),
-        "seed": Param(0, type="integer", description="change to simulate changed input"),
-        "fail_on_try": Param(0, type="integer", description="make the job die on this try"),
-    },
+    params=PARAMS,
     tags=["airflow-tpc", "example"],
 ) as dag:
     exactly_once_spark_group(
@@ -88,4 +93,33 @@ with DAG(
             sensor_mode="reschedule",
             poke_interval=5,
             name="tpc-daily-events-table",
+        )
+
+if TABLE and os.environ.get("TPC_EXAMPLE_GROUP", "1") != "0":
+    with DAG(
+        dag_id="tpc_daily_events_group",
+        description="Daily event aggregates into a folder and an Iceberg table, as one "
+                    "transaction (airflow-tpc example)",
+        schedule="@daily",
+        start_date=datetime(2026, 11, 1),
+        catchup=False,
+        max_active_runs=2,
+        params=PARAMS,
+        tags=["airflow-tpc", "example"],
+    ) as group_dag:
+        # One job, two outputs, one decision: a reader joining the folder and the table
+        # (through the group's cut) never sees one at a newer epoch than the other.
+        exactly_once_spark_group(
+            "daily_event_counts_both",
+            application=JOB,
+            targets={"folder": TARGET.rstrip("/") + "_group", "table": TABLE + "_group"},
+            namespace="tpc_daily_events_group",
+            catalog_conn_id=os.environ.get("TPC_EXAMPLE_CATALOG_CONN", "tpc_example_catalog"),
+            conn_id=os.environ.get("TPC_EXAMPLE_SPARK_CONN", "spark_local"),
+            storage_conn_id=os.environ.get("TPC_EXAMPLE_STORAGE_CONN") or None,
+            application_args=ARGS,
+            submit_kwargs={"retries": 1, "retry_delay": timedelta(seconds=2)},
+            sensor_mode="reschedule",
+            poke_interval=5,
+            name="tpc-daily-events-group",
         )

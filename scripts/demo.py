@@ -15,6 +15,11 @@ without a scheduler):
   4. epoch 2026-11-01 again, with changed input (seed 1, more rows): it replaces the
      epoch's output instead of adding to it
 
+Then the second DAG, ``tpc_daily_events_group``: the same job writes a folder and an
+Iceberg table as ONE group transaction (docs/groups.md), for epoch 2026-11-01, epoch
+2026-11-02 (the job dies on its first try after writing one member: both are aborted,
+the retry publishes both) and 2026-11-01 again with changed input (both replaced).
+
 Every run also writes the same aggregates into an Iceberg table
 (``iceberg://tpc_example/analytics.daily_event_counts``) on pyiceberg's embedded SQL
 catalog (SQLite, local warehouse under the demo's data dir): the demo checks one
@@ -34,6 +39,7 @@ import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -173,15 +179,76 @@ def main() -> int:
     expected = {"2026-11-01": 30_000, "2026-11-02": 20_000, "2026-11-03": 20_000}
     ok &= rows == expected
     ok &= _show_table(home, runs, expected)
+    ok &= _run_group(bag, home, target, base, log_path)
     props = _catalog_properties(home)
     print("\n== look at it yourself (the command line)")
     print(f"  .venv/bin/airflow-tpc list {target}")
     print(f"  .venv/bin/airflow-tpc status {TABLE} --catalog-property type=sql "
           f"--catalog-property uri={props['uri']} --catalog-property "
           f"warehouse={props['warehouse']}")
+    group_home = os.path.join(os.path.dirname(target.rstrip("/")), "_tpc_groups",
+                              "tpc_daily_events_group")
+    print(f"  .venv/bin/airflow-tpc group status {group_home} --member "
+          f"folder={target.rstrip('/')}_group --member table={TABLE}_group "
+          f"--catalog-property type=sql --catalog-property uri={props['uri']} "
+          f"--catalog-property warehouse={props['warehouse']}")
     print(f"\n{'OK' if ok else 'UNEXPECTED'}: each epoch published exactly once, in the "
-          f"folder and in the Iceberg table (expected events per epoch {expected})")
+          f"folder and in the Iceberg table (expected events per epoch {expected}), and the "
+          "group's folder and table moved together")
     return 0 if ok else 1
+
+
+def _run_group(bag: Any, home: str, target: str, base: dict[str, int], log_path: str) -> bool:
+    """The second DAG: the same job writes a folder and an Iceberg table as ONE group
+    transaction.  A failed first try is aborted on both, a rerun replaces both; the
+    group's cut shows each epoch in both outputs at the same attempt."""
+    from pyiceberg.catalog import load_catalog
+
+    from airflow_tpc import Group, Sink
+    from airflow_tpc.tables import open_sink
+
+    dag = bag.get_dag("tpc_daily_events_group")
+    runs = [("2026-11-01", {}, "normal run"),
+            ("2026-11-02", {"fail_on_try": 1}, "job dies on try 1 after writing one member"),
+            ("2026-11-01", {"rows": 30_000, "seed": 1}, "rerun with changed input")]
+    print("\n== group DAG tpc_daily_events_group: one job, a folder + an Iceberg table, "
+          "one transaction")
+    ok = True
+    for epoch, conf, what in runs:
+        t = time.monotonic()
+        with _output_to(log_path):
+            dr = dag.test(logical_date=datetime.fromisoformat(epoch).replace(tzinfo=timezone.utc),
+                          run_conf={**base, **conf})
+        state = str(getattr(dr.state, "value", dr.state))
+        ok &= state == "success"
+        tis = {ti.task_id.split(".")[-1]: str(getattr(ti.state, "value", ti.state))
+               for ti in dr.get_task_instances()}
+        print(f"   epoch {epoch} ({what}): run {state} in {time.monotonic() - t:.0f} s; "
+              + ", ".join(f"{k}={v}" for k, v in sorted(tis.items())))
+    props = _catalog_properties(home)
+    folder, table_uri = target.rstrip("/") + "_group", TABLE + "_group"
+    ns = "tpc_daily_events_group"
+    group = Group({"folder": Sink(folder, ns),
+                   "table": open_sink(table_uri, ns, catalog_properties=props)},
+                  os.path.join(os.path.dirname(folder), "_tpc_groups", ns))
+    stable = group.stable_epochs()
+    for name, sink in group.sinks.items():
+        states = ", ".join(f"{i.epoch}/{i.attempt} {i.state}" for i in sink.describe())
+        print(f"   member {name} ({table_uri if name == 'table' else folder}): {states}")
+    data = load_catalog("tpc_example", **props).load_table(
+        "analytics.daily_event_counts_group").scan().to_arrow()
+    in_table: dict[str, int] = {}
+    for ep, n in zip(data["epoch"].to_pylist(), data["events"].to_pylist(), strict=True):
+        in_table[ep] = in_table.get(ep, 0) + int(n)
+    in_folder = _rows_per_epoch(folder)
+    expected = {"2026-11-01": 30_000, "2026-11-02": 20_000}
+    print(f"   the group's cut (stable epochs -> attempt): {stable}")
+    print(f"   events per epoch: folder {in_folder}, table {in_table}")
+    good = ok and stable == {"2026-11-01": 2, "2026-11-02": 2} \
+        and in_folder == in_table == expected
+    print("   " + ("both outputs hold every epoch once, at the same attempt" if good
+                   else "UNEXPECTED"))
+    return good
 
 
 def _show_table(home: str, runs: list, expected: dict[str, int]) -> bool:
