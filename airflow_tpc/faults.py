@@ -68,3 +68,24 @@ def seen() -> list[str]:
 def reset() -> None:
     _armed.clear()
     _seen.clear()
+
+
+@contextmanager
+def crash_at(points: list[str], k: int) -> Iterator[None]:
+    """Crash (raise InjectedCrash) at the k-th crash point passed among ``points``,
+    counting every occurrence of every name: a test records the points one run passes
+    (:func:`seen`), then crashes a fresh run at each of them in turn."""
+    passed = [0]
+
+    def action(name: str) -> None:
+        passed[0] += 1
+        if passed[0] == k:
+            raise InjectedCrash(f"injected crash at step {k}: {name}")
+
+    for name in set(points):
+        _armed[name] = action
+    try:
+        yield
+    finally:
+        for name in set(points):
+            _armed.pop(name, None)

@@ -317,6 +317,8 @@ class Group(GroupMaintenance):
             raise TpcError(f"group {self.uri} epoch {epoch} attempt {attempt} was decided for "
                            f"members {sorted(decision.members)}; this Group lacks "
                            f"{sorted(missing)}")
+        if PUBLISHED not in rec.kinds:
+            self._switch_tables_at_once(epoch, attempt, decision, known or {})
         published = {}
         for name in sorted(decision.members):
             published[name] = self.sinks[name]._commit_member(
@@ -329,6 +331,38 @@ class Group(GroupMaintenance):
                 "published_at": time.time(), "txn_id": f"{self.namespace}/{epoch}/{attempt}"})
             rec.kinds.add(PUBLISHED)
         return published
+
+    def _switch_tables_at_once(self, epoch: str, attempt: int, decision: GroupCommit,
+                               known: Mapping[str, Manifest]) -> None:
+        """When every member is a table of one catalog that commits several tables at
+        once (an Iceberg REST catalog's multi-table commit), make every member's table
+        commit in that one call, so engine readers see the tables move together.  Best
+        effort: each member's own switch runs next and finds its commit in its table;
+        if the catalog refused or lacks the call, each member switches on its own."""
+        keys = {self.sinks[n]._switch_catalog() for n in decision.members}
+        if len(decision.members) < 2 or len(keys) != 1 or None in keys:
+            return
+        changes = []
+        for name in sorted(decision.members):
+            sink = self.sinks[name]
+            sink._decide_member(epoch, attempt, decision.members[name])
+            change = sink._prepared_switch(epoch, attempt, known.get(name))
+            if change is not None:
+                changes.append(change)
+        if len(changes) < 2:
+            return  # nothing, or one table, left to switch (a retried roll-forward)
+        crashpoint("group.before_tables_commit")
+        try:
+            type(changes[0]).commit_together(changes)
+        except Exception as exc:  # refused (409), unsupported, or unknown: see above
+            log.warning("group %s/%s/%d: the catalog's multi-table commit did not apply "
+                        "(%s: %s); each member switches on its own", self.namespace, epoch,
+                        attempt, type(exc).__name__, exc)
+            crashpoint("group.tables_commit_refused")
+            return
+        log.info("group %s/%s/%d: %d tables switched in one catalog commit", self.namespace,
+                 epoch, attempt, len(changes))
+        crashpoint("group.after_tables_commit")
 
     def _roll_forward_pending(self, skip: str | None = None) -> list[tuple[str, int]]:
         """Finish every other decided, unfinished group attempt the pending index names

@@ -632,6 +632,17 @@ class Sink:
         epoch as any commit does.  Idempotent; the winning attempt of the epoch."""
         attempts = self.ledger.scan(epoch).get(epoch, {})
         rec = attempts.setdefault(attempt, AttemptRecords())
+        self._decide_member(epoch, attempt, doc, rec)
+        won = self._finish_epoch(epoch, attempts, known=known)
+        self._roll_forward_pending(epoch, attempts)
+        return won
+
+    def _decide_member(self, epoch: str, attempt: int, doc: dict[str, Any],
+                       rec: AttemptRecords | None = None) -> None:
+        """Write a member's decision (a copy of its group's) once, and check that the
+        one there is that copy."""
+        if rec is None:
+            rec = self.ledger.scan(epoch).get(epoch, {}).get(attempt, AttemptRecords())
         if DECISION not in rec.kinds:
             _, winner = self.ledger.create_or_get(epoch, attempt, DECISION, doc)
             rec.kinds.add(DECISION)
@@ -644,9 +655,16 @@ class Sink:
                 f"carry its group's commit of manifest {doc['manifest_digest']} (it is "
                 f"{_state_of_decision(decision) if decision else 'missing'}): the ledger was "
                 "changed outside airflow-tpc. Nothing was promoted on its account.")
-        won = self._finish_epoch(epoch, attempts, known=known)
-        self._roll_forward_pending(epoch, attempts)
-        return won
+
+    def _switch_catalog(self) -> Any:
+        """The catalog whose multi-table commit could switch this target together with
+        others (a group of tables of one REST catalog); None: it switches on its own."""
+        return None
+
+    def _prepared_switch(self, epoch: str, attempt: int, known: Manifest | None) -> Any:
+        """The switch of a decided attempt, built and checked but not made, for a group
+        to send with its siblings' in one catalog call; None: nothing to send."""
+        return None
 
     def _release(self) -> None:
         """Drop what one commit kept between its check and its switch (tables: the

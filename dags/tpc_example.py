@@ -44,13 +44,23 @@ from airflow_tpc.airflow import exactly_once_spark_group
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "aggregate_events.py")
 TARGET = os.environ.get("TPC_EXAMPLE_TARGET", "/tmp/airflow-tpc/daily_event_counts")
 TABLE = os.environ.get("TPC_EXAMPLE_TABLE", "iceberg://tpc_example/analytics.daily_event_counts")
+ARGS = ["--rows", "{{ params.rows }}", "--seed", "{{ params.seed }}",
+        "--fail-on-try", "{{ params.fail_on_try }}", "--try", "{{ ti.try_number }}"]
+#: How every task group of this file runs the job (the same job, retried once).
+RUN = {
+    "application": JOB,
+    "conn_id": os.environ.get("TPC_EXAMPLE_SPARK_CONN", "spark_local"),
+    "storage_conn_id": os.environ.get("TPC_EXAMPLE_STORAGE_CONN") or None,
+    "application_args": ARGS,
+    "submit_kwargs": {"retries": 1, "retry_delay": timedelta(seconds=2)},
+    "sensor_mode": "reschedule",
+    "poke_interval": 5,
+}
 PARAMS = {
     "rows": Param(20_000, type="integer", minimum=1),
     "seed": Param(0, type="integer", description="change to simulate changed input"),
     "fail_on_try": Param(0, type="integer", description="make the job die on this try"),
 }
-ARGS = ["--rows", "{{ params.rows }}", "--seed", "{{ params.seed }}",
-        "--fail-on-try", "{{ params.fail_on_try }}", "--try", "{{ ti.try_number }}"]
 
 with DAG(
     dag_id="tpc_daily_events",
@@ -64,15 +74,9 @@ with DAG(
 ) as dag:
     exactly_once_spark_group(
         "daily_event_counts",
-        application=JOB,
         target=TARGET,
         namespace="tpc_daily_events",
-        conn_id=os.environ.get("TPC_EXAMPLE_SPARK_CONN", "spark_local"),
-        storage_conn_id=os.environ.get("TPC_EXAMPLE_STORAGE_CONN") or None,
-        application_args=ARGS,
-        submit_kwargs={"retries": 1, "retry_delay": timedelta(seconds=2)},
-        sensor_mode="reschedule",
-        poke_interval=5,
+        **RUN,
         name="tpc-daily-events",
     )
     if TABLE:
@@ -80,18 +84,12 @@ with DAG(
         # target the way it takes a folder; each epoch's commit is one snapshot.
         exactly_once_spark_group(
             "daily_event_counts_table",
-            application=JOB,
             target=TABLE,
             namespace="tpc_daily_events_table",
             catalog_conn_id=os.environ.get("TPC_EXAMPLE_CATALOG_CONN", "tpc_example_catalog"),
             ledger_uri=os.environ.get("TPC_EXAMPLE_LEDGER_URI") or None,
             replace_where=os.environ.get("TPC_EXAMPLE_REPLACE_WHERE") or None,
-            conn_id=os.environ.get("TPC_EXAMPLE_SPARK_CONN", "spark_local"),
-            storage_conn_id=os.environ.get("TPC_EXAMPLE_STORAGE_CONN") or None,
-            application_args=ARGS,
-            submit_kwargs={"retries": 1, "retry_delay": timedelta(seconds=2)},
-            sensor_mode="reschedule",
-            poke_interval=5,
+            **RUN,
             name="tpc-daily-events-table",
         )
 
@@ -111,15 +109,9 @@ if TABLE and os.environ.get("TPC_EXAMPLE_GROUP", "1") != "0":
         # (through the group's cut) never sees one at a newer epoch than the other.
         exactly_once_spark_group(
             "daily_event_counts_both",
-            application=JOB,
             targets={"folder": TARGET.rstrip("/") + "_group", "table": TABLE + "_group"},
             namespace="tpc_daily_events_group",
             catalog_conn_id=os.environ.get("TPC_EXAMPLE_CATALOG_CONN", "tpc_example_catalog"),
-            conn_id=os.environ.get("TPC_EXAMPLE_SPARK_CONN", "spark_local"),
-            storage_conn_id=os.environ.get("TPC_EXAMPLE_STORAGE_CONN") or None,
-            application_args=ARGS,
-            submit_kwargs={"retries": 1, "retry_delay": timedelta(seconds=2)},
-            sensor_mode="reschedule",
-            poke_interval=5,
+            **RUN,
             name="tpc-daily-events-group",
         )

@@ -146,13 +146,9 @@ def main() -> int:
     ok = True
     for epoch, conf, what in runs:
         t = time.monotonic()
-        with _output_to(log_path):
-            dr = dag.test(logical_date=datetime.fromisoformat(epoch).replace(tzinfo=timezone.utc),
-                          run_conf={**base, **conf})
-        tis = {ti.task_id: (str(getattr(ti.state, "value", ti.state)), ti.try_number)
-               for ti in dr.get_task_instances()}
-        ok &= str(getattr(dr.state, "value", dr.state)) == "success"
-        print(f"\n== epoch {epoch} ({what}): run {getattr(dr.state, 'value', dr.state)} in "
+        _, state, tis = _run(dag, epoch, {**base, **conf}, log_path)
+        ok &= state == "success"
+        print(f"\n== epoch {epoch} ({what}): run {state} in "
               f"{time.monotonic() - t:.0f} s; submit tries: "
               f"folder {tis['daily_event_counts.submit'][1]}, "
               f"table {tis['daily_event_counts_table.submit'][1]}")
@@ -198,6 +194,18 @@ def main() -> int:
     return 0 if ok else 1
 
 
+def _run(dag: Any, epoch: str, conf: dict[str, Any], log_path: str
+         ) -> tuple[Any, str, dict[str, tuple[str, int]]]:
+    """One run of ``dag`` for ``epoch`` (task logs to ``log_path``): the run, its state,
+    and each task's state and try number."""
+    with _output_to(log_path):
+        dr = dag.test(logical_date=datetime.fromisoformat(epoch).replace(tzinfo=timezone.utc),
+                      run_conf=conf)
+    tis = {ti.task_id: (str(getattr(ti.state, "value", ti.state)), ti.try_number)
+           for ti in dr.get_task_instances()}
+    return dr, str(getattr(dr.state, "value", dr.state)), tis
+
+
 def _run_group(bag: Any, home: str, target: str, base: dict[str, int], log_path: str) -> bool:
     """The second DAG: the same job writes a folder and an Iceberg table as ONE group
     transaction.  A failed first try is aborted on both, a rerun replaces both; the
@@ -216,15 +224,10 @@ def _run_group(bag: Any, home: str, target: str, base: dict[str, int], log_path:
     ok = True
     for epoch, conf, what in runs:
         t = time.monotonic()
-        with _output_to(log_path):
-            dr = dag.test(logical_date=datetime.fromisoformat(epoch).replace(tzinfo=timezone.utc),
-                          run_conf={**base, **conf})
-        state = str(getattr(dr.state, "value", dr.state))
+        _, state, tis = _run(dag, epoch, {**base, **conf}, log_path)
         ok &= state == "success"
-        tis = {ti.task_id.split(".")[-1]: str(getattr(ti.state, "value", ti.state))
-               for ti in dr.get_task_instances()}
         print(f"   epoch {epoch} ({what}): run {state} in {time.monotonic() - t:.0f} s; "
-              + ", ".join(f"{k}={v}" for k, v in sorted(tis.items())))
+              + ", ".join(f"{k.split('.')[-1]}={v[0]}" for k, v in sorted(tis.items())))
     props = _catalog_properties(home)
     folder, table_uri = target.rstrip("/") + "_group", TABLE + "_group"
     ns = "tpc_daily_events_group"

@@ -172,22 +172,15 @@ def exactly_once_tasks(
     [commit, abort] >> committed
     submit >> wait
     if approval:
-        from airflow.providers.standard.operators.hitl import HITLBranchOperator
-
         reject = AbortOperator(task_id="abort_rejected", submit_task_id=submit.task_id,
                                trigger_rule="all_success", fail_run=True,
                                reason="rejected at the approval gate", **shared)
-        gate = HITLBranchOperator(
-            task_id="approve",
-            subject=approval_subject or f"Commit {namespace} epoch {epoch}?",
-            body="The job pre-committed {{ ti.xcom_pull(task_ids='" + wait.task_id
-                 + "')['files'] }} files ({{ ti.xcom_pull(task_ids='" + wait.task_id
-                 + "')['rows'] }} rows) for {{ ti.xcom_pull(task_ids='" + wait.task_id
-                 + "')['txn_id'] }}. Commit publishes them; Abort discards them and fails "
-                 "the run.",
-            options=["Commit", "Abort"],
-            options_mapping={"Commit": commit.task_id, "Abort": reject.task_id})
-        wait >> gate >> [commit, reject]
+        gate = _approval_gate(
+            wait, commit, reject, approval_subject or f"Commit {namespace} epoch {epoch}?",
+            "The job pre-committed {{ ti.xcom_pull(task_ids='" + wait.task_id
+            + "')['files'] }} files ({{ ti.xcom_pull(task_ids='" + wait.task_id
+            + "')['rows'] }} rows) for {{ ti.xcom_pull(task_ids='" + wait.task_id
+            + "')['txn_id'] }}. Commit publishes them; Abort discards them and fails the run.")
         reject >> committed
         [submit, wait, gate, commit] >> abort
         tasks.update(approve=gate, abort_rejected=reject)
@@ -207,12 +200,7 @@ def group_tasks(*, application: str, targets: dict[str, Any], namespace: str,
     """The tasks of a group transaction, wired as :func:`exactly_once_tasks` wires a
     single target's (same task ids: ``submit``, ``wait_precommit``, [``approve``,
     ``abort_rejected``], ``commit``, ``abort``, ``committed``)."""
-    from airflow_tpc.airflow.groups import (
-        GroupAbortOperator,
-        GroupCommitOperator,
-        GroupPrecommitSensor,
-        GroupSparkSubmitOperator,
-    )
+    from airflow_tpc.airflow.groups import GroupSparkSubmitOperator
 
     shared = {"targets": targets, "namespace": namespace, "group_uri": group_uri,
               "storage_conn_id": storage_conn_id, "storage_options": storage_options,
@@ -220,6 +208,32 @@ def group_tasks(*, application: str, targets: dict[str, Any], namespace: str,
     submit = GroupSparkSubmitOperator(task_id="submit", application=application, epoch=epoch,
                                       conn_id=conn_id, **shared, **(submit_kwargs or {}),
                                       **spark_kwargs)
+    return {"submit": submit, **exactly_once_group_tasks(
+        submit, outlets=outlets, sensor_mode=sensor_mode, poke_interval=poke_interval,
+        sensor_timeout=sensor_timeout, approval=approval, approval_subject=approval_subject,
+        epoch=epoch, **shared)}
+
+
+def exactly_once_group_tasks(
+    submit: BaseOperator, *, targets: dict[str, Any], namespace: str,
+    group_uri: str | None = None, storage_conn_id: str | None = None,
+    storage_options: dict[str, Any] | None = None, sink_config: Any = None,
+    catalog_conn_id: str | None = None, outlets: list[Asset] | None = None,
+    sensor_mode: str = "poke", poke_interval: float = 5, sensor_timeout: float = 6 * 3600,
+    approval: bool = False, approval_subject: str | None = None, epoch: str = DEFAULT_EPOCH,
+) -> dict[str, BaseOperator]:
+    """The group's tasks after ``submit``, as :func:`exactly_once_tasks` is a single
+    target's: ``submit`` is any task that began the group attempt and pushed it to XCom
+    under ``tpc_group_txn`` (as ``GroupSparkSubmitOperator`` does)."""
+    from airflow_tpc.airflow.groups import (
+        GroupAbortOperator,
+        GroupCommitOperator,
+        GroupPrecommitSensor,
+    )
+
+    shared = {"targets": targets, "namespace": namespace, "group_uri": group_uri,
+              "storage_conn_id": storage_conn_id, "storage_options": storage_options,
+              "sink_config": sink_config, "catalog_conn_id": catalog_conn_id}
     wait = GroupPrecommitSensor(task_id="wait_precommit", submit_task_id=submit.task_id,
                                 mode=sensor_mode, poke_interval=poke_interval,
                                 timeout=sensor_timeout, **shared)
@@ -227,27 +241,21 @@ def group_tasks(*, application: str, targets: dict[str, Any], namespace: str,
                                  **({"outlets": outlets} if outlets is not None else {}))
     abort = GroupAbortOperator(task_id="abort", submit_task_id=submit.task_id, **shared)
     committed = EmptyOperator(task_id="committed", trigger_rule="none_failed_min_one_success")
-    tasks: dict[str, BaseOperator] = {"submit": submit, "wait_precommit": wait,
-                                      "commit": commit, "abort": abort, "committed": committed}
+    tasks: dict[str, BaseOperator] = {"wait_precommit": wait, "commit": commit,
+                                      "abort": abort, "committed": committed}
     [commit, abort] >> committed
     submit >> wait
     if approval:
-        from airflow.providers.standard.operators.hitl import HITLBranchOperator
-
         reject = GroupAbortOperator(task_id="abort_rejected", submit_task_id=submit.task_id,
                                     trigger_rule="all_success", fail_run=True,
                                     reason="rejected at the approval gate", **shared)
-        gate = HITLBranchOperator(
-            task_id="approve",
-            subject=approval_subject or f"Commit {namespace} epoch {epoch} "
-                                        f"({', '.join(targets)})?",
-            body="The job pre-committed {{ ti.xcom_pull(task_ids='" + wait.task_id
-                 + "')['members'] }} for {{ ti.xcom_pull(task_ids='" + wait.task_id
-                 + "')['txn_id'] }}. Commit publishes every member; Abort discards them all "
-                 "and fails the run.",
-            options=["Commit", "Abort"],
-            options_mapping={"Commit": commit.task_id, "Abort": reject.task_id})
-        wait >> gate >> [commit, reject]
+        gate = _approval_gate(
+            wait, commit, reject,
+            approval_subject or f"Commit {namespace} epoch {epoch} ({', '.join(targets)})?",
+            "The job pre-committed {{ ti.xcom_pull(task_ids='" + wait.task_id
+            + "')['members'] }} for {{ ti.xcom_pull(task_ids='" + wait.task_id
+            + "')['txn_id'] }}. Commit publishes every member; Abort discards them all and "
+            "fails the run.")
         reject >> committed
         [submit, wait, gate, commit] >> abort
         tasks.update(approve=gate, abort_rejected=reject)
@@ -255,3 +263,17 @@ def group_tasks(*, application: str, targets: dict[str, Any], namespace: str,
         wait >> commit
         [submit, wait, commit] >> abort
     return tasks
+
+
+def _approval_gate(wait: BaseOperator, commit: BaseOperator, reject: BaseOperator,
+                   subject: str, body: str) -> BaseOperator:
+    """The Human-in-the-loop gate between the sensor and the commit: *Commit* runs
+    ``commit``, *Abort* runs ``reject`` (which aborts and fails the run)."""
+    from airflow.providers.standard.operators.hitl import HITLBranchOperator
+
+    gate = HITLBranchOperator(task_id="approve", subject=subject, body=body,
+                              options=["Commit", "Abort"],
+                              options_mapping={"Commit": commit.task_id,
+                                               "Abort": reject.task_id})
+    wait >> gate >> [commit, reject]
+    return gate

@@ -494,22 +494,24 @@ def _parquet_rows(sink: Sink, staging: str, infos: list[Any]) -> dict[str, int]:
             if n is not None}
 
 
-def read_payload(spark: Any = None) -> tuple[str | None, str]:
-    """(payload, where it came from): the Spark conf key first, then the environment."""
+def read_payload(spark: Any = None, conf_key: str = CONF_KEY,
+                 env_var: str = ENV_VAR) -> tuple[str | None, str]:
+    """(payload, where it came from): the Spark conf key first, then the environment
+    (a group's payload has its own key and variable)."""
     conf_value = None
     if spark is not None:
         try:
-            conf_value = spark.conf.get(CONF_KEY, None)
+            conf_value = spark.conf.get(conf_key, None)
         except Exception:  # noqa: BLE001 - e.g. a Connect session without that conf
             conf_value = None
-    env_value = os.environ.get(ENV_VAR)
+    env_value = os.environ.get(env_var)
     if conf_value:
         if env_value and env_value != conf_value:
-            log.warning("both %s and $%s are set and differ; using the Spark conf", CONF_KEY,
-                        ENV_VAR)
-        return conf_value, f"Spark conf {CONF_KEY}"
+            log.warning("both %s and $%s are set and differ; using the Spark conf", conf_key,
+                        env_var)
+        return conf_value, f"Spark conf {conf_key}"
     if env_value:
-        return env_value, f"environment variable {ENV_VAR}"
+        return env_value, f"environment variable {env_var}"
     return None, ""
 
 

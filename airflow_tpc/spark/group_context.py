@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +27,7 @@ from ..group_records import MEMBER_RE
 from ..ledger import check_attempt, check_epoch
 from ..manifest import Manifest
 from ..records import BEGIN, Begin
-from .context import JobTransaction, NoTransactionError
+from .context import JobTransaction, NoTransactionError, read_payload
 
 log = logging.getLogger("airflow_tpc.spark")
 
@@ -212,21 +211,7 @@ class JobGroup:
 
 def read_group_payload(spark: Any = None) -> tuple[str | None, str]:
     """(payload, where it came from): the Spark conf key first, then the environment."""
-    conf_value = None
-    if spark is not None:
-        try:
-            conf_value = spark.conf.get(GROUP_CONF_KEY, None)
-        except Exception:  # noqa: BLE001 - e.g. a Connect session without that conf
-            conf_value = None
-    env_value = os.environ.get(GROUP_ENV_VAR)
-    if conf_value:
-        if env_value and env_value != conf_value:
-            log.warning("both %s and $%s are set and differ; using the Spark conf",
-                        GROUP_CONF_KEY, GROUP_ENV_VAR)
-        return conf_value, f"Spark conf {GROUP_CONF_KEY}"
-    if env_value:
-        return env_value, f"environment variable {GROUP_ENV_VAR}"
-    return None, ""
+    return read_payload(spark, GROUP_CONF_KEY, GROUP_ENV_VAR)
 
 
 def current_group(spark: Any = None, *, check: bool = True) -> JobGroup:

@@ -56,6 +56,7 @@ from ..faults import crashpoint
 from ..ledger import Layout
 from ..manifest import Manifest
 from ..promote import Strategy, _rel_to_root, _swap_marker
+from ..records import DECISION, CommitDecision
 from ..transaction import SinkConfig
 from .base import (
     COMMIT_RETRIES,
@@ -781,35 +782,14 @@ class IcebergSnapshot(Strategy):
                     break  # nothing staged and no table: nothing to replace
                 table = self.target.create_table(schema, self.scope)
             table = on_commit_io(table)
-            seen = epoch_commits(table, manifest.epoch, manifest.namespace)
-            done = seen.digests.get(manifest.digest)
-            if done is not None and done != manifest.attempt:
-                raise LedgerError(f"Iceberg table {self.target.uri} holds manifest "
-                                  f"{manifest.digest} as attempt {done} of epoch "
-                                  f"{manifest.epoch}, not attempt {manifest.attempt}")
-            if done is not None:
+            state = self.state_of(table, manifest)
+            if state == "done":
                 log.info("%s is already in %s (a commit finished before the ledger recorded "
                          "it): no second snapshot", manifest.txn_id, self.target.uri)
                 break
-            if seen.highest > manifest.attempt:
-                log.warning("%s not applied: the table already holds attempt %d of epoch %s",
-                            manifest.txn_id, seen.highest, manifest.epoch)
+            if state == "superseded":
                 return False
-            if seen.highest == manifest.attempt:
-                raise LedgerError(
-                    f"Iceberg table {self.target.uri} holds attempt {manifest.attempt} of "
-                    f"epoch {manifest.epoch} with another manifest than {manifest.digest}; the "
-                    "attempt number was reused after the ledger was lost. Nothing was changed.")
-            # The table as pre-commit checked it (same schema, spec, location): the check
-            # and the sealed statistics hold, and the transaction's requirements refuse a
-            # change from here on.  Otherwise check again, from footers read once.
-            usable = sealed is not None \
-                and sealed["table"] == self.target.table_key(table, self.scope) \
-                and not self.scope.add_columns  # new columns: metrics from the footers
-            if not usable:
-                footers = footers or self.target.read_footers(uris)
-                self.target.check_staged(uris, manifest.epoch, table, decided=manifest.txn_id,
-                                         footers=footers, scope=self.scope)
+            usable, footers = self.checked(table, manifest, uris, sealed, footers)
             crashpoint("iceberg.before_table_commit")
             try:
                 self._commit(table, manifest, uris, sealed if usable else None,
@@ -827,6 +807,46 @@ class IcebergSnapshot(Strategy):
         paths = [_rel_to_root(layout, storage.join(staging, f.path)) for f in manifest.files]
         crashpoint("promote.before_marker")
         return _swap_marker(layout, manifest, self.name, paths, version)
+
+    def state_of(self, table: Table, manifest: Manifest) -> str:
+        """Where the table stands for this decided attempt: ``"done"`` (it holds it),
+        ``"superseded"`` (it holds a higher attempt of the epoch) or ``"todo"``; a
+        LedgerError when it holds this attempt with another manifest."""
+        seen = epoch_commits(table, manifest.epoch, manifest.namespace)
+        done = seen.digests.get(manifest.digest)
+        if done is not None and done != manifest.attempt:
+            raise LedgerError(f"Iceberg table {self.target.uri} holds manifest "
+                              f"{manifest.digest} as attempt {done} of epoch "
+                              f"{manifest.epoch}, not attempt {manifest.attempt}")
+        if done is not None:
+            return "done"
+        if seen.highest > manifest.attempt:
+            log.warning("%s not applied: the table already holds attempt %d of epoch %s",
+                        manifest.txn_id, seen.highest, manifest.epoch)
+            return "superseded"
+        if seen.highest == manifest.attempt:
+            raise LedgerError(
+                f"Iceberg table {self.target.uri} holds attempt {manifest.attempt} of "
+                f"epoch {manifest.epoch} with another manifest than {manifest.digest}; the "
+                "attempt number was reused after the ledger was lost. Nothing was changed.")
+        return "todo"
+
+    def checked(self, table: Table, manifest: Manifest, uris: list[str],
+                sealed: dict[str, Any] | None,
+                footers: tuple[dict[str, Any], list[str]] | None
+                ) -> tuple[bool, tuple[dict[str, Any], list[str]] | None]:
+        """Whether the sealed statistics serve this table (the table as pre-commit
+        checked it: same schema, spec, location — the check holds, and the commit's
+        requirements refuse a change from here on); otherwise the staged files are
+        checked again against it, from footers read once (returned)."""
+        usable = sealed is not None \
+            and sealed["table"] == self.target.table_key(table, self.scope) \
+            and not self.scope.add_columns  # new columns: metrics from the footers
+        if not usable:
+            footers = footers or self.target.read_footers(uris)
+            self.target.check_staged(uris, manifest.epoch, table, decided=manifest.txn_id,
+                                     footers=footers, scope=self.scope)
+        return usable, footers
 
     def _commit(self, table: Table, manifest: Manifest, uris: list[str],
                 sealed: dict[str, Any] | None,
@@ -946,6 +966,19 @@ class IcebergSink(TableSink):
         super().__init__(target, namespace, storage_options=storage_options, config=config,
                          ledger_uri=ledger_uri, scope=scope)
         self.table_target: IcebergTarget = target
+
+    def _switch_catalog(self) -> Any:
+        from .iceberg_multi import rest_catalog_key
+
+        return rest_catalog_key(self.table_target.catalog())
+
+    def _prepared_switch(self, epoch: str, attempt: int, known: Manifest | None) -> Any:
+        from .iceberg_multi import prepared_change
+
+        decision = self.ledger.read(epoch, attempt, DECISION)
+        if not isinstance(decision, CommitDecision):
+            return None
+        return prepared_change(self, epoch, attempt, decision, known)
 
 
 def open_table_sink(target: str, namespace: str, *,

@@ -34,7 +34,7 @@ def _admin() -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def _run_answering(dagbag, api_client, epoch: str, choice: str):
+def _run_answering(dagbag, api_client, epoch: str, choice: str, dag_id: str = DAG_ID):
     """dag.test() of one epoch; a thread answers the gate with ``choice`` once it waits."""
     from airflow import settings
     from airflow.models.taskinstance import TaskInstance
@@ -48,12 +48,12 @@ def _run_answering(dagbag, api_client, epoch: str, choice: str):
         while time.monotonic() < deadline and not answered:
             with settings.Session() as session:
                 ti = session.scalar(select(TaskInstance).where(
-                    TaskInstance.dag_id == DAG_ID, TaskInstance.task_id == "approve",
+                    TaskInstance.dag_id == dag_id, TaskInstance.task_id == "approve",
                     TaskInstance.state == "awaiting_input"))
                 run_id = ti.run_id if ti is not None else None
             if run_id:
                 r = api_client.patch(
-                    f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/approve/-1"
+                    f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/approve/-1"
                     "/hitlDetails", json={"chosen_options": [choice]}, headers=headers)
                 answered.append(r.status_code)
                 return
@@ -61,7 +61,7 @@ def _run_answering(dagbag, api_client, epoch: str, choice: str):
 
     thread = threading.Thread(target=answer, daemon=True)
     thread.start()
-    dr = dagbag.get_dag(DAG_ID).test(run_conf={"epoch": epoch})
+    dr = dagbag.get_dag(dag_id).test(run_conf={"epoch": epoch})
     thread.join(5)
     assert answered == [200], answered
     return dr
@@ -107,3 +107,38 @@ def test_approval_commits_and_the_run_succeeds(dagbag, api_client):
     assert info.state is TxnState.COMMITTED
     assert list(sink.committed_files()) == ["2026-08-02"]
     assert len(asset_events(target_asset(sink.target).uri)) == before + 1
+
+
+GROUP_DAG = "tpc_it_group_gate_nospark"
+
+
+def test_a_group_rejected_at_the_gate_is_aborted_on_every_member(dagbag, api_client):
+    from .dags.tpc_it_group_gate_nospark import open_group
+
+    dr = _run_answering(dagbag, api_client, "2026-08-01", "Abort", GROUP_DAG)
+    st = states(dr)
+    assert str(getattr(dr.state, "value", dr.state)) == "failed", st
+    assert st["commit"] == "skipped" and st["abort_rejected"] == "failed", st
+    assert st["abort"] == "skipped" and st["committed"] == "upstream_failed", st
+    group = open_group()
+    for name, sink in group.sinks.items():
+        [info] = sink.describe("2026-08-01")
+        assert info.state is TxnState.ABORTED and info.staging_files == 0, name
+        assert info.reason == "group: rejected at the approval gate", name
+    assert group.stable_epochs() == {}
+
+
+def test_a_group_approved_at_the_gate_commits_every_member_once(dagbag, api_client):
+    from airflow_tpc.airflow.operators import target_asset
+
+    from .dags.tpc_it_group_gate_nospark import TARGETS, open_group
+
+    before = {n: len(asset_events(target_asset(t).uri)) for n, t in TARGETS.items()}
+    dr = _run_answering(dagbag, api_client, "2026-08-02", "Commit", GROUP_DAG)
+    st = states(dr)
+    assert str(getattr(dr.state, "value", dr.state)) == "success", st
+    assert st["commit"] == "success" and st["abort_rejected"] == "skipped", st
+    group = open_group()
+    assert group.stable_epochs() == {"2026-08-02": 1}
+    for name, t in TARGETS.items():
+        assert len(asset_events(target_asset(t).uri)) == before[name] + 1, name

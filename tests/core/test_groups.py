@@ -9,13 +9,12 @@ point one group commit passes and crashes at each occurrence in turn.
 from __future__ import annotations
 
 import threading
-from contextlib import contextmanager
 
 import pytest
 
 from airflow_tpc import Sink, TxnState, faults
 from airflow_tpc.errors import FencedError, GroupMemberError, InvalidState, ManifestError
-from airflow_tpc.faults import InjectedCrash
+from airflow_tpc.faults import InjectedCrash, crash_at
 from airflow_tpc.group import Group, GroupTransaction
 
 from ..conftest import make_store
@@ -88,36 +87,6 @@ def test_a_group_commits_every_member_with_one_decision(store):
     assert again.outcome == "already_committed" and _cut(group) == {"5": _as_cut(NEW)}
 
 
-@contextmanager
-def crash_at(points: list[str], k: int):
-    """Crash (InjectedCrash) at the k-th crash point passed, counting every name."""
-    seen = [0]
-
-    def action(name: str) -> None:
-        seen[0] += 1
-        if seen[0] == k:
-            raise InjectedCrash(f"injected crash at step {k}: {name}")
-
-    for name in set(points):
-        faults._armed[name] = action
-    try:
-        yield
-    finally:
-        for name in set(points):
-            faults._armed.pop(name, None)
-
-
-#: On S3 (moto, ~0.5 s a group commit) the crash points of the group's own steps; the
-#: members' steps inside them are crashed on S3 by test_crashpoints, and here locally.
-GROUP_STEPS = ("group.",)
-
-
-def _on_store(kind: str, steps: list[str]) -> list[int]:
-    """Which occurrences (1-based) to crash at: every one locally, the group's on S3."""
-    return [k for k, name in enumerate(steps, 1)
-            if kind == "local" or name.startswith(GROUP_STEPS)]
-
-
 def _steps(store) -> list[str]:
     """Every crash point one group commit of a re-run passes, in order."""
     group = _group(store)
@@ -128,12 +97,14 @@ def _steps(store) -> list[str]:
     return list(faults.seen())
 
 
-@pytest.mark.parametrize("kind", ["local", "s3"])
-def test_crash_at_every_step_of_a_group_commit_then_recover(kind, request, tmp_path):
+def test_crash_at_every_step_of_a_group_commit_then_recover(request, tmp_path):
+    """Local disk; a member on S3 is SIGKILLed at each distinct step by
+    test_group_process_kill.py, and S3 promotion's own steps by test_crashpoints."""
+    kind = "local"
     steps = _steps(make_store(kind, request, tmp_path / "probe"))
     assert "group.before_decision" in steps and steps.count("group.after_member") == 2
     assert len(steps) == 13  # 3 group steps, 4 of each member's promotion, 2 after members
-    for k in _on_store(kind, steps):
+    for k in range(1, len(steps) + 1):
         store = make_store(kind, request, tmp_path / f"k{k}")
         group = _group(store)
         group.commit(_stage(group, "5", OLD))
@@ -166,7 +137,7 @@ def test_crash_during_group_recover_then_recover_again(request, tmp_path):
     _group(probe).recover()
     steps = list(faults.seen())
     assert steps.count("group.after_member") == 2
-    for k in _on_store(kind, steps):
+    for k in range(1, len(steps) + 1):
         store = make_store(kind, request, tmp_path / f"k{k}")
         group = _group(store)
         gtxn = _stage(group, "5", NEW)

@@ -12,8 +12,6 @@ all show up as a wrong id list.  Readers: the group's consistent cut
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +24,7 @@ from pyiceberg.expressions import EqualTo
 
 from airflow_tpc import Sink, TxnState, faults
 from airflow_tpc.errors import InvalidState
-from airflow_tpc.faults import InjectedCrash
+from airflow_tpc.faults import InjectedCrash, crash_at
 from airflow_tpc.group import Group, GroupTransaction
 from airflow_tpc.records import DECISION
 from airflow_tpc.tables import DeltaSink, IcebergSink, TableSchemaError
@@ -210,25 +208,6 @@ def _states(lake: Lake, attempt: int) -> dict[str, TxnState]:
     group = lake.group()
     return {name: next(i.state for i in sink.describe(EPOCH) if i.attempt == attempt)
             for name, sink in group.sinks.items()}
-
-
-@contextmanager
-def crash_at(points: list[str], k: int) -> Iterator[None]:
-    """Crash (InjectedCrash) at the k-th crash point passed, counting every name."""
-    seen = [0]
-
-    def action(name: str) -> None:
-        seen[0] += 1
-        if seen[0] == k:
-            raise InjectedCrash(f"injected crash at step {k}: {name}")
-
-    for name in set(points):
-        faults._armed[name] = action
-    try:
-        yield
-    finally:
-        for name in set(points):
-            faults._armed.pop(name, None)
 
 
 def _steps(lake: Lake) -> list[str]:
