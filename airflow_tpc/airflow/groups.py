@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Asset, BaseOperator, BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_tpc import InvalidState, TpcError
+from airflow_tpc import InvalidState, TpcError, Transaction
 from airflow_tpc.airflow.hooks import SinkArgs, TpcHook, is_table_target
 from airflow_tpc.airflow.operators import (
     StagedSparkSubmitOperator,
@@ -286,7 +286,7 @@ class GroupCommitOperator(GroupTaskMixin, BaseOperator):
         if not pointer or "members" not in pointer:
             raise InvalidState(f"no pre-commit pointer from task {self.sensor_task_id!r}: "
                                "nothing validated to commit")
-        group, _ = self.open_group()
+        group, hooks = self.open_group()
         gtxn = _loaded(group, pointer, self.sensor_task_id)
         was_published = group.poll(gtxn).published
         result = group.commit(gtxn, force=self.force, expected_digests={
@@ -299,6 +299,11 @@ class GroupCommitOperator(GroupTaskMixin, BaseOperator):
                                    "published_attempt": result.published.get(n)}
                                for n, p in sorted(pointer["members"].items())}}
         context["ti"].xcom_push(key="tpc_group_commit", value=summary)
+        # For the OpenLineage listener (it asks from a fork, which must not do I/O of its
+        # own): each member's summary as a single commit's, and what only I/O tells.
+        self._tpc_members = {n: _member_summary(hooks[n], gtxn.member(n), p, result.outcome)
+                             for n, p in pointer["members"].items()}
+        self._tpc_facts = _member_facts(hooks, self._tpc_members)
         if not published or was_published:
             # Not every member switched to this attempt (a later one owns the epoch), or
             # a previous try already announced it: no (second) Asset event.
@@ -318,6 +323,60 @@ class GroupCommitOperator(GroupTaskMixin, BaseOperator):
         self.log.info("group %s %s: %s", gtxn.txn_id, result.outcome, ", ".join(
             f"{n} {p['files']} files" for n, p in pointer["members"].items()))
         return summary
+
+
+    # -- OpenLineage (airflow_tpc.airflow.lineage; only with that provider) -----------
+    def get_openlineage_facets_on_start(self) -> Any:
+        """Every member as an output, named before anything is committed."""
+        return _group_lineage(self.group_args.hooks())
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """Every member with what the group's commit made of it (kept by ``execute``)."""
+        return _group_lineage(self.group_args.hooks(), getattr(self, "_tpc_members", None),
+                              getattr(self, "_tpc_facts", None))
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        return _group_lineage(self.group_args.hooks())
+
+
+def _member_summary(hook: TpcHook, txn: Transaction, pointer: Mapping[str, Any],
+                    outcome: str) -> dict[str, Any]:
+    """A member's part of the group's commit, shaped as a single commit's summary (what
+    :func:`airflow_tpc.airflow.lineage.lineage` reads), a table's version included."""
+    out = {"outcome": outcome, "epoch": txn.epoch, "attempt": txn.attempt,
+           "txn_id": txn.txn_id, "namespace": txn.namespace, "digest": pointer["digest"],
+           "files": pointer.get("files"), "bytes": pointer.get("bytes"),
+           "rows": pointer.get("rows")}
+    if hook.is_table:
+        out["location"] = txn.target
+        out.update(hook.get_sink().table_version(txn.epoch, pointer["digest"]) or {})
+    return out
+
+
+def _member_facts(hooks: Mapping[str, TpcHook],
+                  members: Mapping[str, dict[str, Any]]) -> dict[str, Any] | None:
+    try:
+        from airflow_tpc.airflow.lineage import commit_facts
+    except ImportError:  # no OpenLineage provider: no lineage
+        return None
+    return {n: commit_facts(hooks[n], s) for n, s in members.items()}
+
+
+def _group_lineage(hooks: Mapping[str, TpcHook],
+                   members: Mapping[str, dict[str, Any]] | None = None,
+                   facts: Mapping[str, Any] | None = None) -> Any:
+    """One output per member, as a single commit names its target."""
+    try:
+        from airflow.providers.openlineage.extractors import OperatorLineage
+
+        from airflow_tpc.airflow.lineage import lineage
+    except ImportError:
+        return None
+    outputs = []
+    for name, hook in hooks.items():
+        outputs += lineage(hook, (members or {}).get(name),
+                           (facts or {}).get(name)).outputs
+    return OperatorLineage(outputs=outputs)
 
 
 class GroupAbortOperator(GroupTaskMixin, BaseOperator):

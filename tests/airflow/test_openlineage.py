@@ -123,3 +123,32 @@ def test_an_aborted_run_names_the_output_and_the_aborted_attempt(dagbag):
     [info] = _sink("folder").describe("2026-09-02")
     assert info.state is TxnState.ABORTED
     assert out["facets"]["airflowTpc"]["txnId"] == info.txn_id
+
+
+def test_a_group_commit_names_every_member_as_an_output(dagbag):
+    """One commit task, one output per member (each named as a single target's is),
+    each COMPLETE output with its own statistics, version and transaction."""
+    from .dags.tpc_it_lineage import GROUP_TARGETS
+
+    dag_id = "tpc_it_lineage_group"
+    dr = dagbag.get_dag(dag_id).test(run_conf={"epoch": "2026-09-03"})
+    assert states(dr)["commit"] == "success", states(dr)
+    events = {e["eventType"]: e for e in _events(dag_id, "commit")}
+    assert set(events) == {"START", "COMPLETE"}, list(events)
+    want = [("file", GROUP_TARGETS["folder"]), (PROPS["warehouse"], "ol.group_events")]
+    for event in events.values():
+        assert sorted((o["namespace"], o["name"]) for o in event["outputs"]) == sorted(want)
+    outs = {o["name"]: o for o in events["COMPLETE"]["outputs"]}
+    folder = open_sink(GROUP_TARGETS["folder"], NAMESPACE)
+    table = open_sink(GROUP_TARGETS["table"], NAMESPACE, catalog_properties=PROPS)
+    for name, sink in ((GROUP_TARGETS["folder"], folder), ("ol.group_events", table)):
+        [info] = sink.describe("2026-09-03")
+        out = outs[name]
+        stats = out["outputFacets"]["outputStatistics"]
+        assert (stats["rowCount"], stats["size"], stats["fileCount"]) == (7, info.bytes, 2)
+        tpc = out["facets"]["airflowTpc"]
+        assert (tpc["epoch"], tpc["attempt"], tpc["txnId"], tpc["outcome"]) == \
+            ("2026-09-03", 1, info.txn_id, "committed")
+        _validate_facet(tpc)
+    snapshot = table.table_target.load_table().current_snapshot().snapshot_id
+    assert outs["ol.group_events"]["facets"]["version"]["datasetVersion"] == str(snapshot)

@@ -17,6 +17,7 @@ from typing import Any
 from airflow.sdk import DAG, task
 
 from airflow_tpc.airflow import AbortOperator, CommitOperator, PrecommitSensor, TpcHook
+from airflow_tpc.airflow.task_group import exactly_once_group_tasks
 
 ROOT = os.environ.get("TPC_IT_ROOT", "/tmp/tpc-it")
 NAMESPACE = "tpc_it_lineage"
@@ -63,3 +64,42 @@ for kind, (target, catalog) in TARGETS.items():
         abort = AbortOperator(task_id="abort", submit_task_id="submit", **args)
         begun >> wait >> commit
         [begun, wait, commit] >> abort
+
+#: A group of a folder and an Iceberg table (one decision): one output per member.
+GROUP_TARGETS = {"folder": os.path.join(ROOT, "lineage_group_folder"),
+                 "table": "iceberg://lineage/ol.group_events"}
+GROUP_URI = os.path.join(ROOT, "_tpc_groups", "tpc_it_lineage_group")
+
+with DAG("tpc_it_lineage_group", schedule=None, start_date=datetime(2026, 1, 1),
+         catchup=False, tags=["tpc-test"]):
+
+    @task(task_id="submit")
+    def submit_group(**context: Any) -> None:
+        """Begin a group attempt of ``conf["epoch"]``, stage two files a member, seal."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from airflow_tpc import Group
+
+        ti, conf = context["ti"], context["dag_run"].conf
+        hooks = {"folder": TpcHook(GROUP_TARGETS["folder"], NAMESPACE),
+                 "table": TpcHook(GROUP_TARGETS["table"], NAMESPACE,
+                                  catalog_conn_id="tpc_it_lineage_catalog")}
+        group = Group({n: h.get_sink() for n, h in hooks.items()}, GROUP_URI)
+        gtxn = group.begin(conf["epoch"], owner={"dag_id": ti.dag_id, "run_id": ti.run_id})
+        ti.xcom_push(key="tpc_group_txn", value=gtxn.to_dict())
+        for txn in gtxn.members.values():
+            staging = txn.staging_uri.removeprefix("file://")
+            os.makedirs(staging, exist_ok=True)
+            for name, ids in (("part-0.parquet", [1, 2, 3, 4, 5]), ("part-1.parquet", [6, 7])):
+                pq.write_table(pa.table({"id": pa.array(ids, pa.int64()),
+                                         "epoch": pa.array([conf["epoch"]] * len(ids))}),
+                               f"{staging}/{name}")
+        group.sinks["folder"].precommit(gtxn.member("folder"), rows={
+            "part-0.parquet": 5, "part-1.parquet": 2})
+        group.sinks["table"].precommit(gtxn.member("table"))
+
+    exactly_once_group_tasks(submit_group().operator, targets=GROUP_TARGETS,
+                             namespace=NAMESPACE, group_uri=GROUP_URI,
+                             catalog_conn_id="tpc_it_lineage_catalog", poke_interval=1,
+                             sensor_timeout=300, epoch="{{ dag_run.conf['epoch'] }}")
