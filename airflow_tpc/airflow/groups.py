@@ -17,6 +17,7 @@ a target URI, or a dict of that member's sink arguments: ``target``, ``ledger_ur
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_tpc import InvalidState, TpcError, Transaction
 from airflow_tpc.airflow.hooks import SinkArgs, TpcHook, is_table_target
+from airflow_tpc.airflow.metrics import ABORTS
 from airflow_tpc.airflow.operators import (
     StagedSparkSubmitOperator,
     _owner,
@@ -289,9 +291,14 @@ class GroupCommitOperator(GroupTaskMixin, BaseOperator):
         group, hooks = self.open_group()
         gtxn = _loaded(group, pointer, self.sensor_task_id)
         was_published = group.poll(gtxn).published
+        started = time.monotonic()
         result = group.commit(gtxn, force=self.force, expected_digests={
             n: p["digest"] for n, p in pointer["members"].items()})
         published = group.poll(gtxn).published
+        if published and not was_published:  # this try made every member visible: once
+            for name, p in pointer["members"].items():
+                hooks[name].metrics.committed(time.monotonic() - started, p["files"],
+                                              p["bytes"], p.get("rows"))
         targets = {n: args.target for n, args in self.group_args.members}
         summary = {"outcome": result.outcome, "txn_id": gtxn.txn_id, "group": group.uri,
                    "epoch": gtxn.epoch, "attempt": gtxn.attempt, "published": published,
@@ -417,10 +424,13 @@ class GroupAbortOperator(GroupTaskMixin, BaseOperator):
             self.log.info("No group transaction was begun by %s: nothing to abort",
                           self.submit_task_id)
             return {"aborted": [], "committed": []}
-        group, _ = self.open_group()
+        group, hooks = self.open_group()
         gtxn = _loaded(group, doc, self.submit_task_id)
         try:
             made = group.abort(gtxn, str(self.reason))
+            if made:  # counted per member, as a single target's abort is
+                for hook in hooks.values():
+                    hook.metrics.incr(ABORTS)
         except InvalidState as exc:
             self.log.warning("Not aborted: %s. If a commit task failed after its decision, "
                              "re-run it to finish the switch.", exc)

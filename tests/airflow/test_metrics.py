@@ -65,6 +65,14 @@ stats.incr("tpc_marker.roll")
 dr = helpers.rerun_tasks(dag, crashed.run_id, ["commit"])
 out["roll"] = {{"states": helpers.states(dr)}}
 
+group_dag = bag.get_dag("tpc_it_metrics_group")
+for name, conf in (("group_commit", {{"epoch": "2026-07-01"}}),
+                   ("group_abort", {{"epoch": "2026-07-02", "fail": 1}})):
+    stats.incr("tpc_marker." + name)
+    dr = group_dag.test(logical_date=datetime.fromisoformat(conf["epoch"]).replace(
+        tzinfo=timezone.utc), run_conf=conf)
+    out[name] = {{"run_id": dr.run_id, "states": helpers.states(dr)}}
+
 # Health gauges: one attempt sealed and waiting (07-06), one decided whose commit died
 # before promoting (07-07), beside the fenced zombie's open attempt of 07-03.
 import os
@@ -197,6 +205,23 @@ def test_a_commit_emits_the_manifest_totals_and_its_durations(emitted):
     timers = {n: v for n, t, v, k in packets["commit"] if k == "ms" and t == dict(TAGS)}
     assert set(timers) == {"commit.duration", "precommit.duration"}
     assert all(0 <= v < 600_000 for v in timers.values()), timers
+
+
+GROUP_NS = "tpc_it_metrics_group"
+
+
+def test_a_group_commit_counts_each_member_once_and_an_abort_each_member(emitted):
+    runs, packets = emitted
+    assert runs["group_commit"]["states"]["commit"] == "success", runs["group_commit"]
+    tagged = totals(packets["group_commit"])
+    group_tags = (("namespace", GROUP_NS), ("target_kind", "file"))
+    got = {n: v for (n, t), v in tagged.items() if t == group_tags}
+    # Two members, each as a single commit of its two files (350 bytes, 42 rows).
+    assert got == {"commits": 2, "commit.files": 4, "commit.bytes": 700,
+                   "commit.rows": 84}, tagged
+    assert runs["group_abort"]["states"]["abort"] == "success", runs["group_abort"]
+    aborted = {n: v for (n, t), v in totals(packets["group_abort"]).items() if t == group_tags}
+    assert aborted == {"aborts": 2}, aborted
 
 
 def test_a_rerun_after_the_commit_emits_no_second_commit(emitted):

@@ -19,6 +19,7 @@ from airflow.sdk import DAG, task
 
 from airflow_tpc import Sink, SinkConfig
 from airflow_tpc.airflow import AbortOperator, CommitOperator, PrecommitSensor
+from airflow_tpc.airflow.task_group import exactly_once_group_tasks
 
 ROOT = os.environ.get("TPC_IT_ROOT", "/tmp/tpc-it")
 TARGET = os.path.join(ROOT, "metrics_target")
@@ -63,3 +64,38 @@ with DAG("tpc_it_metrics", schedule=None, start_date=datetime(2026, 1, 1), catch
                           submit_task_id="submit")
     begun >> wait >> commit
     [begun, wait, commit] >> abort
+
+#: A group of two folders (one decision), its files as FILES: metrics per member.
+GROUP_NAMESPACE = "tpc_it_metrics_group"
+GROUP_TARGETS = {"events": os.path.join(ROOT, "metrics_group_events"),
+                 "daily": os.path.join(ROOT, "metrics_group_daily")}
+
+with DAG("tpc_it_metrics_group", schedule=None, start_date=datetime(2026, 1, 1),
+         catchup=False, tags=["tpc-test"]):
+
+    @task(task_id="submit")
+    def submit_group(**context: Any) -> None:
+        """Begin a group attempt, stage FILES into each member; ``fail``: die before the
+        pre-commit (the abort task aborts the group)."""
+        from airflow_tpc import Group
+
+        conf, ti = context["dag_run"].conf or {}, context["ti"]
+        group = Group({n: Sink(t, GROUP_NAMESPACE) for n, t in GROUP_TARGETS.items()},
+                      os.path.join(ROOT, "_tpc_groups", GROUP_NAMESPACE))
+        gtxn = group.begin(conf["epoch"], owner={"dag_id": ti.dag_id, "run_id": ti.run_id})
+        ti.xcom_push(key="tpc_group_txn", value=gtxn.to_dict())
+        for txn in gtxn.members.values():
+            staging = Path(txn.staging_uri.removeprefix("file://"))
+            staging.mkdir(parents=True, exist_ok=True)
+            for rel, (size, _) in FILES.items():
+                (staging / rel).write_bytes(b"x" * size)
+        if conf.get("fail"):
+            raise RuntimeError("the job failed before its pre-commit")
+        for name, sink in group.sinks.items():
+            sink.precommit(gtxn.member(name), rows={r: n for r, (_, n) in FILES.items()})
+
+    exactly_once_group_tasks(submit_group().operator, targets=GROUP_TARGETS,
+                             namespace=GROUP_NAMESPACE,
+                             group_uri=os.path.join(ROOT, "_tpc_groups", GROUP_NAMESPACE),
+                             poke_interval=1, sensor_timeout=300,
+                             epoch="{{ dag_run.conf['epoch'] }}")
