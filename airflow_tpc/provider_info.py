@@ -26,15 +26,17 @@ def get_provider_info() -> dict[str, Any]:
         }],
         "operators": [{
             "integration-name": "airflow-tpc",
-            "python-modules": ["airflow_tpc.airflow.operators"],
+            "python-modules": ["airflow_tpc.airflow.operators", "airflow_tpc.airflow.groups"],
         }],
         "sensors": [{
             "integration-name": "airflow-tpc",
-            "python-modules": ["airflow_tpc.airflow.sensors"],
+            "python-modules": ["airflow_tpc.airflow.sensors",
+                               "airflow_tpc.airflow.group_sensor"],
         }],
         "triggers": [{
             "integration-name": "airflow-tpc",
-            "python-modules": ["airflow_tpc.airflow.triggers"],
+            "python-modules": ["airflow_tpc.airflow.triggers",
+                               "airflow_tpc.airflow.group_sensor"],
         }],
         "hooks": [{
             "integration-name": "airflow-tpc",

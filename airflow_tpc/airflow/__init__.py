@@ -28,6 +28,12 @@ _EXPORTS = {
     "ManifestLink": "airflow_tpc.airflow.links",
     "TransactionLink": "airflow_tpc.airflow.links",
     "exactly_once_spark_group": "airflow_tpc.airflow.task_group",
+    "exactly_once_group_tasks": "airflow_tpc.airflow.task_group",
+    "GroupSparkSubmitOperator": "airflow_tpc.airflow.groups",
+    "GroupCommitOperator": "airflow_tpc.airflow.groups",
+    "GroupAbortOperator": "airflow_tpc.airflow.groups",
+    "GroupPrecommitSensor": "airflow_tpc.airflow.group_sensor",
+    "GroupPrecommitTrigger": "airflow_tpc.airflow.group_sensor",
 }
 
 __all__ = sorted(_EXPORTS)

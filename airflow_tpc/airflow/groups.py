@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import Asset, BaseOperator, BaseSensorOperator, PokeReturnValue
+from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_tpc import InvalidState, TpcError, Transaction
@@ -34,7 +34,6 @@ from airflow_tpc.airflow.operators import (
     job_payload,
     target_asset,
 )
-from airflow_tpc.airflow.sensors import PrecommitFailed
 from airflow_tpc.group import Group, GroupTransaction
 from airflow_tpc.storage import storage_class
 
@@ -113,6 +112,16 @@ class GroupArgs:
             else None
         return Group({n: h.get_sink() for n, h in hooks.items()}, self.group_uri,
                      storage_options=options)
+
+    def serialize(self) -> dict[str, Any]:
+        """JSON-safe (a trigger's kwargs): names and public options only."""
+        return {"group_uri": self.group_uri, "namespace": self.namespace,
+                "members": {n: args.serialize() for n, args in self.members}}
+
+    @classmethod
+    def deserialize(cls, doc: Mapping[str, Any], where: str = "group") -> GroupArgs:
+        return cls(str(doc["group_uri"]), str(doc["namespace"]), tuple(
+            (str(n), SinkArgs(**a, where=where)) for n, a in doc["members"].items()))
 
     def assets(self) -> list[Asset]:
         return [target_asset(args.target) for _, args in self.members]
@@ -213,52 +222,6 @@ class GroupSparkSubmitOperator(GroupTaskMixin, StagedSparkSubmitOperator):
                 self.log.warning("Could not abort group %s (%s)", gtxn.txn_id, exc)
 
         return conf_for, abort
-
-
-class GroupPrecommitSensor(GroupTaskMixin, BaseSensorOperator):
-    """Wait until every member of the run's group attempt is sealed (and each table
-    member's files fit its table).  Fails (so the abort task runs) when any member is
-    aborted, expired or fenced, when a table member's check fails, or when the group
-    was decided abort.  XCom: ``{"txn_id", "epoch", "attempt", "members": {name: the
-    member's pointer (digest, counts)}}``."""
-
-    template_fields: Sequence[str] = (*GROUP_TEMPLATE_FIELDS, "submit_task_id")
-    ui_color = "#fde2a7"
-
-    def __init__(self, *, targets: Mapping[str, Any], namespace: str, submit_task_id: str,
-                 group_uri: str | None = None, storage_conn_id: str | None = None,
-                 storage_options: dict[str, Any] | None = None, sink_config: Any = None,
-                 catalog_conn_id: str | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.submit_task_id = submit_task_id
-        self._init_group(targets, namespace, group_uri, storage_conn_id, storage_options,
-                         sink_config, catalog_conn_id)
-
-    def poke(self, context: Context) -> PokeReturnValue | bool:
-        group, hooks = self.open_group()
-        gtxn = _loaded(group, context["ti"].xcom_pull(task_ids=self.submit_task_id,
-                                                      key=GROUP_XCOM_KEY), self.submit_task_id)
-        status = group.poll(gtxn)
-        if status.outcome == "abort":
-            raise PrecommitFailed(f"group {gtxn.txn_id} was aborted ({status.reason})")
-        if status.highest_attempt > gtxn.attempt:
-            raise PrecommitFailed(f"group {gtxn.txn_id} is fenced: group attempt "
-                                  f"{status.highest_attempt} of epoch {gtxn.epoch} has begun")
-        pointers = {}
-        for name, hook in hooks.items():
-            check = hook.check_precommit(gtxn.member(name).to_dict())
-            if check.status == "failed":
-                raise PrecommitFailed(f"member {name!r} of group {gtxn.txn_id}: "
-                                      f"{check.message}")
-            if check.status == "waiting":
-                self.log.info("member %s: %s", name, check.message)
-                return False
-            pointers[name] = hook.precommit_pointer(check)
-        self.log.info("group %s: every member sealed (%s)", gtxn.txn_id, ", ".join(
-            f"{n} {p['files']} files" for n, p in pointers.items()))
-        return PokeReturnValue(is_done=True, xcom_value={
-            "txn_id": gtxn.txn_id, "group": group.uri, "epoch": gtxn.epoch,
-            "attempt": gtxn.attempt, "members": pointers})
 
 
 class GroupCommitOperator(GroupTaskMixin, BaseOperator):

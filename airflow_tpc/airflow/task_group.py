@@ -82,10 +82,6 @@ def exactly_once_spark_group(
         raise ValueError(f"{group_id}: give either target (one output) or targets (several, "
                          "committed as one group transaction), not both or neither")
     if targets is not None:
-        if deferrable:
-            raise ValueError(f"{group_id}: the group's pre-commit sensor is not deferrable "
-                             "yet; use sensor_mode='reschedule' (it frees the worker slot "
-                             "between pokes too)")
         if ledger_uri or replace_where is not None or write_mode != "replace" or add_columns:
             raise ValueError(f"{group_id}: with targets, give ledger_uri, replace_where, "
                              "write_mode and add_columns per member: targets={name: "
@@ -95,7 +91,8 @@ def exactly_once_spark_group(
                         group_uri=group_uri, epoch=epoch, conn_id=conn_id,
                         storage_conn_id=storage_conn_id, storage_options=storage_options,
                         sink_config=sink_config, catalog_conn_id=catalog_conn_id,
-                        outlets=outlets, sensor_mode=sensor_mode, poke_interval=poke_interval,
+                        outlets=outlets, sensor_mode=sensor_mode, deferrable=deferrable,
+                        poke_interval=poke_interval,
                         sensor_timeout=sensor_timeout, approval=approval,
                         approval_subject=approval_subject, submit_kwargs=submit_kwargs,
                         **spark_kwargs)
@@ -194,7 +191,7 @@ def group_tasks(*, application: str, targets: dict[str, Any], namespace: str,
                 group_uri: str | None, epoch: str, conn_id: str, storage_conn_id: str | None,
                 storage_options: dict[str, Any] | None, sink_config: Any,
                 catalog_conn_id: str | None, outlets: list[Asset] | None, sensor_mode: str,
-                poke_interval: float, sensor_timeout: float, approval: bool,
+                deferrable: bool, poke_interval: float, sensor_timeout: float, approval: bool,
                 approval_subject: str | None, submit_kwargs: dict[str, Any] | None,
                 **spark_kwargs: Any) -> dict[str, BaseOperator]:
     """The tasks of a group transaction, wired as :func:`exactly_once_tasks` wires a
@@ -209,7 +206,8 @@ def group_tasks(*, application: str, targets: dict[str, Any], namespace: str,
                                       conn_id=conn_id, **shared, **(submit_kwargs or {}),
                                       **spark_kwargs)
     return {"submit": submit, **exactly_once_group_tasks(
-        submit, outlets=outlets, sensor_mode=sensor_mode, poke_interval=poke_interval,
+        submit, outlets=outlets, sensor_mode=sensor_mode, deferrable=deferrable,
+        poke_interval=poke_interval,
         sensor_timeout=sensor_timeout, approval=approval, approval_subject=approval_subject,
         epoch=epoch, **shared)}
 
@@ -219,24 +217,22 @@ def exactly_once_group_tasks(
     group_uri: str | None = None, storage_conn_id: str | None = None,
     storage_options: dict[str, Any] | None = None, sink_config: Any = None,
     catalog_conn_id: str | None = None, outlets: list[Asset] | None = None,
-    sensor_mode: str = "poke", poke_interval: float = 5, sensor_timeout: float = 6 * 3600,
-    approval: bool = False, approval_subject: str | None = None, epoch: str = DEFAULT_EPOCH,
+    sensor_mode: str = "poke", deferrable: bool = False, poke_interval: float = 5,
+    sensor_timeout: float = 6 * 3600, approval: bool = False,
+    approval_subject: str | None = None, epoch: str = DEFAULT_EPOCH,
 ) -> dict[str, BaseOperator]:
     """The group's tasks after ``submit``, as :func:`exactly_once_tasks` is a single
     target's: ``submit`` is any task that began the group attempt and pushed it to XCom
     under ``tpc_group_txn`` (as ``GroupSparkSubmitOperator`` does)."""
-    from airflow_tpc.airflow.groups import (
-        GroupAbortOperator,
-        GroupCommitOperator,
-        GroupPrecommitSensor,
-    )
+    from airflow_tpc.airflow.group_sensor import GroupPrecommitSensor
+    from airflow_tpc.airflow.groups import GroupAbortOperator, GroupCommitOperator
 
     shared = {"targets": targets, "namespace": namespace, "group_uri": group_uri,
               "storage_conn_id": storage_conn_id, "storage_options": storage_options,
               "sink_config": sink_config, "catalog_conn_id": catalog_conn_id}
     wait = GroupPrecommitSensor(task_id="wait_precommit", submit_task_id=submit.task_id,
-                                mode=sensor_mode, poke_interval=poke_interval,
-                                timeout=sensor_timeout, **shared)
+                                mode=sensor_mode, deferrable=deferrable,
+                                poke_interval=poke_interval, timeout=sensor_timeout, **shared)
     commit = GroupCommitOperator(task_id="commit", sensor_task_id=wait.task_id, **shared,
                                  **({"outlets": outlets} if outlets is not None else {}))
     abort = GroupAbortOperator(task_id="abort", submit_task_id=submit.task_id, **shared)

@@ -73,3 +73,65 @@ def test_trigger_times_out_clearly(sink):
         _first_event(_trigger(sink, txn, deadline=time.time() + 0.5)), 10))
     assert event["status"] == "timeout" and "not pre-committed" in event["message"]
     assert time.monotonic() - t < 5
+
+
+# -- the group's trigger ---------------------------------------------------------------
+@pytest.fixture()
+def group(tmp_path, airflow_db):
+    from airflow_tpc import Group
+
+    return Group({n: Sink(str(tmp_path / n), "trig") for n in ("events", "daily")},
+                 str(tmp_path / "_tpc_groups" / "trig"))
+
+
+def _group_trigger(group, gtxn, **kw):
+    from airflow_tpc.airflow.group_sensor import GroupPrecommitTrigger
+    from airflow_tpc.airflow.groups import GroupArgs
+
+    args = GroupArgs.of({n: s.target for n, s in group.sinks.items()}, "trig", group.uri)
+    return GroupPrecommitTrigger(txn={"epoch": gtxn.epoch, "attempt": gtxn.attempt},
+                                 **args.serialize(), poll_interval=0.2, **kw)
+
+
+def test_group_trigger_fires_once_every_member_is_sealed(group):
+    gtxn = group.begin("2026-01-05")
+    for txn in gtxn.members.values():
+        _stage(txn)
+    trigger = _group_trigger(group, gtxn)
+    cls, kwargs = trigger.serialize()
+    assert cls == "airflow_tpc.airflow.group_sensor.GroupPrecommitTrigger"
+    again = type(trigger)(**kwargs)  # what the triggerer rebuilds from the metadata DB
+    assert again.serialize() == (cls, kwargs)
+
+    async def scenario():
+        task = asyncio.create_task(_first_event(again))
+        await asyncio.to_thread(group.sinks["daily"].precommit, gtxn.member("daily"))
+        await asyncio.sleep(0.6)
+        assert not task.done()  # one member sealed is not the group sealed
+        await asyncio.to_thread(group.sinks["events"].precommit, gtxn.member("events"))
+        return await asyncio.wait_for(task, 10)
+
+    event = asyncio.run(scenario())
+    assert event["status"] == "ready", event
+
+
+def test_group_trigger_fails_on_a_group_abort_a_fence_and_an_empty_member(group):
+    gtxn = group.begin("2026-01-06")
+    group.abort(gtxn, "job failed")
+    event = asyncio.run(asyncio.wait_for(_first_event(_group_trigger(group, gtxn)), 10))
+    assert event["status"] == "failed" and "aborted" in event["message"]
+
+    old = group.begin("2026-01-07")
+    group.begin("2026-01-07")  # a newer group attempt fences the old one
+    event = asyncio.run(asyncio.wait_for(_first_event(_group_trigger(group, old)), 10))
+    assert event["status"] == "failed" and "fenced" in event["message"]
+
+    empty = group.begin("2026-01-08")
+    _stage(empty.member("events"))
+    group.precommit(empty)  # "daily" sealed no files
+    event = asyncio.run(asyncio.wait_for(_first_event(_group_trigger(group, empty)), 10))
+    assert event["status"] == "failed" and "'daily'" in event["message"]
+    assert "no files" in event["message"]
+    event = asyncio.run(asyncio.wait_for(
+        _first_event(_group_trigger(group, empty, allow_empty=True)), 10))
+    assert event["status"] == "ready", event

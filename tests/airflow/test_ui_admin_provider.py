@@ -23,6 +23,15 @@ def test_provider_info_and_providers_list(airflow_db):
 
     info = get_provider_info()
     assert info["package-name"] == "airflow-tpc"
+    import importlib
+
+    import airflow_tpc.airflow as layer
+
+    for kind in ("operators", "sensors", "triggers", "hooks"):
+        for module in info[kind][0]["python-modules"]:
+            importlib.import_module(module)  # every module the provider names imports
+    for name in layer.__all__:
+        assert getattr(layer, name) is not None, name
     out = subprocess.run([sys.executable, "-m", "airflow", "providers", "list", "-o", "json"],
                          capture_output=True, text=True, check=True, env=os.environ.copy())
     names = {p["package_name"] for p in json.loads(out.stdout)}

@@ -65,7 +65,8 @@ with DAG("tpc_it_metrics", schedule=None, start_date=datetime(2026, 1, 1), catch
     begun >> wait >> commit
     [begun, wait, commit] >> abort
 
-#: A group of two folders (one decision), its files as FILES: metrics per member.
+#: A group of two folders (one decision), its files as FILES: metrics per member; its
+#: sensor defers (the group's trigger runs in dag.test's own loop).
 GROUP_NAMESPACE = "tpc_it_metrics_group"
 GROUP_TARGETS = {"events": os.path.join(ROOT, "metrics_group_events"),
                  "daily": os.path.join(ROOT, "metrics_group_daily")}
@@ -97,5 +98,5 @@ with DAG("tpc_it_metrics_group", schedule=None, start_date=datetime(2026, 1, 1),
     exactly_once_group_tasks(submit_group().operator, targets=GROUP_TARGETS,
                              namespace=GROUP_NAMESPACE,
                              group_uri=os.path.join(ROOT, "_tpc_groups", GROUP_NAMESPACE),
-                             poke_interval=1, sensor_timeout=300,
+                             poke_interval=1, sensor_timeout=300, deferrable=True,
                              epoch="{{ dag_run.conf['epoch'] }}")
