@@ -20,7 +20,7 @@ import dataclasses
 import time
 from typing import Any
 
-from .cli import (
+from .cli_common import (
     CONNECT_TIMEOUT_S,
     MAX_ATTEMPTS,
     READ_TIMEOUT_S,

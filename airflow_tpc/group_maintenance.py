@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .errors import InvalidState, TpcError
 from .group_records import (
@@ -21,19 +21,30 @@ from .group_records import (
 )
 from .ledger import AttemptRecords, epoch_sort_key
 from .records import BEGIN, CLOSED, DECISION, PUBLISHED
+from .sink import Sink
 from .storage import open_storage
-
-if TYPE_CHECKING:
-    from .group import Group
 
 log = logging.getLogger("airflow_tpc")
 
 
 class GroupMaintenance:
-    """Mixed into :class:`~airflow_tpc.group.Group`."""
+    """Mixed into :class:`~airflow_tpc.group.Group`, which provides what is declared
+    here: its ledger and members, and the two steps recover repeats."""
+
+    uri: str
+    namespace: str
+    sinks: dict[str, Sink]
+    ledger: GroupLedger
+
+    def _decide_abort(self, epoch: str, attempt: int, reason: str,
+                      expired: bool = False) -> bool:
+        raise NotImplementedError
+
+    def _finish(self, epoch: str, attempt: int, rec: AttemptRecords) -> None:
+        raise NotImplementedError
 
     # ---------------------------------------------------------------- recover
-    def recover(self: Group, *, abort_undecided: bool = False, now: float | None = None,
+    def recover(self, *, abort_undecided: bool = False, now: float | None = None,
                 ignore_failures_after_timeout: bool = False) -> GroupRecoveryReport:
         """Finish every decided group attempt on every member; abort the undecided ones
         that are superseded, expired, or (``abort_undecided``) all of them; then each
@@ -81,7 +92,7 @@ class GroupMaintenance:
             raise err
         return report
 
-    def _why_abort(self: Group, epoch: str, attempt: int, rec: AttemptRecords, top: int,
+    def _why_abort(self, epoch: str, attempt: int, rec: AttemptRecords, top: int,
                    abort_undecided: bool, now: float) -> str | None:
         """Why recover aborts an undecided group attempt, or None to leave it open."""
         if attempt < top:
@@ -94,7 +105,7 @@ class GroupMaintenance:
         return None
 
     # ---------------------------------------------------------------- readers
-    def poll(self: Group, gtxn: GroupTransaction) -> GroupStatus:
+    def poll(self, gtxn: GroupTransaction) -> GroupStatus:
         """The cheap question a waiting task asks: one listing of the epoch's group
         ledger, and the attempt's decision if it has one."""
         attempts = self.ledger.scan(gtxn.epoch).get(gtxn.epoch, {})
@@ -104,13 +115,13 @@ class GroupMaintenance:
                            max(attempts, default=gtxn.attempt), PUBLISHED in rec.kinds,
                            decision.reason if isinstance(decision, GroupAbort) else None)
 
-    def stable_epochs(self: Group) -> dict[str, int]:
+    def stable_epochs(self) -> dict[str, int]:
         """epoch -> the group attempt every member publishes: its winning (highest)
         group commit, once ``published.json`` says every member switched.  An epoch
         whose newest commit is still switching is left out (the last stable cut)."""
         return stable_epochs(self.ledger)
 
-    def committed_files(self: Group) -> dict[str, dict[str, list[str]]]:
+    def committed_files(self) -> dict[str, dict[str, list[str]]]:
         """member -> epoch -> file URIs, for the stable epochs only, read as one cut: an
         epoch whose winning group attempt changed while the members were read (a re-run
         switching) is left out rather than shown half old, half new."""

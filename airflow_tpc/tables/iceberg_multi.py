@@ -24,16 +24,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import StorageError, TpcError
 from ..manifest import Manifest
 from ..records import CommitDecision
 from ..staging import verify_against_storage
-from .base import read_sealed_stats
-
-if TYPE_CHECKING:
-    from .iceberg import IcebergSink
+from .base import TableSink, read_sealed_stats
 
 log = logging.getLogger("airflow_tpc")
 
@@ -116,7 +113,7 @@ class TableChange:
                                f"HTTP {response.status_code}: {response.text[:300]}")
 
 
-def prepared_change(sink: IcebergSink, epoch: str, attempt: int, decision: CommitDecision,
+def prepared_change(sink: TableSink, epoch: str, attempt: int, decision: CommitDecision,
                     known: Manifest | None) -> TableChange | None:
     """The table commit ``sink``'s switch would make for a decided attempt, built and
     checked the same way, captured instead of sent; None when there is nothing to send
