@@ -202,7 +202,15 @@ class GroupSparkSubmitOperator(GroupTaskMixin, StagedSparkSubmitOperator):
         self.log.info("Began group %s of %s (fencing number %d): %s", gtxn.txn_id, group.uri,
                       gtxn.attempt, ", ".join(f"{n} -> {t.staging_uri}"
                                               for n, t in gtxn.members.items()))
-        context["ti"].xcom_push(key=GROUP_XCOM_KEY, value=gtxn.to_dict())
+        args = self.group_args
+        # The group's arguments beside the transaction, names and public options only
+        # (SinkArgs refuses secrets): how the UI plugin opens the group of a run.
+        context["ti"].xcom_push(key=GROUP_XCOM_KEY, value={
+            **gtxn.to_dict(), "group_uri": args.group_uri,
+            "storage_conn_id": self.storage_conn_id or None,
+            "storage_options": dict(args.members[0][1].storage_options or {}),
+            "catalog_conn_id": self.catalog_conn_id or None,
+            "member_args": {n: a.serialize() for n, a in args.members}})
 
         def conf_for(credentials_file: str | None) -> dict[str, str]:
             members = {name: job_payload(

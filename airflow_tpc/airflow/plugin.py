@@ -13,7 +13,9 @@ State-changing requests are refused when a cross-site page could have forged the
 (:mod:`airflow_tpc.airflow.ui.csrf`).  Every action and link names its transaction by
 its full identity — the task that began it (or target and namespace), epoch, attempt —
 and a request that does not name exactly one is refused with 400
-(:mod:`airflow_tpc.airflow.ui.runs`); aborts are written to Airflow's audit log.
+(:mod:`airflow_tpc.airflow.ui.runs`); aborts are written to Airflow's audit log.  A group
+transaction is one card and one action: its Abort aborts the group, and the single-target
+abort refuses a member (:mod:`airflow_tpc.airflow.ui.groups`).
 """
 
 # No ``from __future__ import annotations`` here: FastAPI must see the real annotations
@@ -26,8 +28,8 @@ from airflow.plugins_manager import AirflowPlugin
 
 from airflow_tpc import TpcError
 from airflow_tpc.airflow.links import PLUGIN_URL_PREFIX, ManifestLink, TransactionLink
+from airflow_tpc.airflow.ui import groups, runs
 from airflow_tpc.airflow.ui import render as ui
-from airflow_tpc.airflow.ui import runs
 from airflow_tpc.airflow.ui.csrf import (  # noqa: F401 - CSRF_HEADER/csrf_token: public API
     CSRF_HEADER,
     SAFE_METHODS,
@@ -81,8 +83,10 @@ def _run_page(base: str, dag_id: str, run_id: str, csrf: str, now: float) -> str
             + f'<p class="sub">DAG <code>{ui.esc(dag_id)}</code> · '
             + f'<a href="{ui.esc(_airflow_run_href(dag_id, run_id))}" target="_top">'
             + "open the run in Airflow</a></p>")
-    if sections:
+    group_sections = groups.run_sections(base, dag_id, run_id)  # one card per group
+    if sections or group_sections:
         body += "".join(ui.section(s, now) for s in sections)
+        body += "".join(ui.group_section(g, now) for g in group_sections)
     else:
         body += ('<section class="card"><div class="empty">This run began no airflow-tpc '
                  "transaction (yet).</div></section>")
@@ -233,6 +237,18 @@ def create_app() -> Any:
         namespace: str | None = Field(default=None, min_length=1)
         txn_id: str | None = Field(default=None, min_length=1)
 
+    class GroupAbortRequest(BaseModel):
+        """One group attempt by its full identity: ``task_id`` (the task that began it)
+        or ``group`` (its folder's URI) + ``namespace``, and ``epoch`` + ``attempt``."""
+
+        model_config = ConfigDict(extra="forbid")
+        epoch: str = Field(min_length=1)
+        attempt: StrictInt = Field(ge=1)
+        task_id: str | None = Field(default=None, min_length=1)
+        group: str | None = Field(default=None, min_length=1)
+        namespace: str | None = Field(default=None, min_length=1)
+        txn_id: str | None = Field(default=None, min_length=1)
+
     app = FastAPI(title="airflow-tpc", description="Transactions of DAG runs (airflow-tpc)",
                   dependencies=[Depends(refuse_forgeable)])
     can_read = Depends(requires_access_dag("GET", DagAccessEntity.RUN))
@@ -339,9 +355,12 @@ def create_app() -> Any:
                                      target=target, namespace=namespace)
             except runs.Ambiguous as exc:
                 raise HTTPException(status_code=400, detail=str(exc)) from None
-            if found is None:
+            member = None if found is not None else groups.find_member(
+                dag_id, run_id, epoch, attempt, task_id=task_id, target=target,
+                namespace=namespace)  # a member of a group attempt of the run
+            if found is None and member is None:
                 raise missing
-            sink, info = found.sink, found.info
+            sink, info = (found.sink, found.info) if found is not None else member
             back = (run_id, ui.url(f"{base}/run", dag_id=dag_id, run_id=run_id))
         elif task_id is not None:
             doc = runs.task_doc(dag_id, task_id)
@@ -376,16 +395,48 @@ def create_app() -> Any:
                                  require_identity=True)
         except runs.Ambiguous as exc:
             raise HTTPException(status_code=400, detail=str(exc)) from None
+        # A group member's attempt is decided only with its group: refused, naming it.
+        member = groups.member_refusal(dag_id, run_id, body.epoch, body.attempt,
+                                       task_id=body.task_id, target=body.target,
+                                       namespace=body.namespace, found=found)
+        if member is not None:
+            raise HTTPException(status_code=409, detail=member)
         if found is None:
             raise HTTPException(status_code=404, detail=(
                 f"no transaction {body.epoch}/{body.attempt} of "
                 f"{body.task_id or body.target} in run {run_id} of {dag_id}"))
-        via = "api" if (request.headers.get("authorization") or "").lower().startswith(
-            "bearer ") else "ui"
         try:
-            return runs.abort(found, user.get_name(), via)
+            return runs.abort(found, user.get_name(), via_of(request))
         except TpcError as exc:
             raise HTTPException(status_code=409, detail=str(exc)) from None
+
+    @app.post("/api/abort-group", dependencies=[can_edit])
+    def abort_group_api(request: Request, dag_id: str, run_id: str,
+                        body: Annotated[GroupAbortRequest, Body()],
+                        user: GetUserDep) -> dict[str, Any]:
+        """Abort the group attempt the body names, every member with it; a committed
+        group is refused (409), as is a body not naming exactly one (400)."""
+        known_run(dag_id, run_id)
+        try:
+            found = groups.resolve(dag_id, run_id, body.epoch, body.attempt,
+                                   task_id=body.task_id, group=body.group,
+                                   namespace=body.namespace, txn_id=body.txn_id)
+        except runs.Ambiguous as exc:
+            raise HTTPException(status_code=400, detail=str(exc)) from None
+        except TpcError as exc:  # the group cannot be opened (e.g. its XCom has no args)
+            raise HTTPException(status_code=409, detail=str(exc)) from None
+        if found is None:
+            raise HTTPException(status_code=404, detail=(
+                f"no group transaction {body.epoch}/{body.attempt} of "
+                f"{body.task_id or body.group} in run {run_id} of {dag_id}"))
+        try:
+            return groups.abort(found, user.get_name(), via_of(request))
+        except TpcError as exc:
+            raise HTTPException(status_code=409, detail=str(exc)) from None
+
+    def via_of(request: Request) -> str:
+        auth = (request.headers.get("authorization") or "").lower()
+        return "api" if auth.startswith("bearer ") else "ui"
 
     return app
 

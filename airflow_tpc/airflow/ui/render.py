@@ -129,7 +129,7 @@ def state_badge(info: Mapping[str, Any]) -> str:
     return out
 
 
-def expiry(row: Row, now: float) -> str:
+def expiry(row: Row | GroupRow, now: float) -> str:
     """Time left before an undecided attempt expires (recover aborts it then)."""
     info = row.info
     if str(info.get("state")) not in ABORTABLE or row.timeout_s is None \
@@ -258,6 +258,139 @@ def section(sec: Section, now: float, *, with_owner: bool = False) -> str:
     body = _table(sec.rows, now, with_owner, sec.version_key) if sec.rows else \
         '<div class="empty">No transaction yet.</div>'
     return f'<section class="card" data-target="{esc(sec.name)}">{header}{body}</section>'
+
+
+@dataclass
+class MemberRow:
+    """One member's attempt in a group's card: what it writes and its own ledger's facts."""
+
+    name: str
+    #: What the member writes as users name it: a table's URI, else the folder.
+    target: str
+    #: A table member's location (None for a folder).
+    location: str | None
+    #: The member attempt's ``TxnInfo`` dict (annotated); None: it never began.
+    info: dict[str, Any] | None
+    version_key: str | None = None
+    manifest_href: str | None = None
+
+
+@dataclass
+class GroupRow:
+    """One attempt of a group: its state from the group's ledger, then its members."""
+
+    #: txn_id, epoch, attempt, state, published, superseded, reason, started_at,
+    #: decided_at and the members' totals (files, rows, bytes)
+    info: dict[str, Any]
+    members: list[MemberRow]
+    timeout_s: float | None = None
+    abort_url: str | None = None
+    #: The group attempt's full identity (task_id, group, namespace, epoch, attempt,
+    #: txn_id), posted by the Abort button: the group is aborted, every member with it.
+    identity: dict[str, Any] | None = None
+
+
+@dataclass
+class GroupSection:
+    """One group transaction of a run (the task that began it): one card, every member."""
+
+    title: str
+    group: str
+    namespace: str
+    rows: list[GroupRow]
+    #: Why the group could not be opened (its card says so instead of its attempts).
+    error: str | None = None
+
+
+def _group_button(sec: GroupSection, row: GroupRow) -> str:
+    if row.abort_url is None or row.identity is None \
+            or str(row.info.get("state")) not in ABORTABLE:
+        return ""
+    members = ", ".join(m.name for m in row.members)
+    return (f'<button type="button" class="danger" onclick="tpcAskAbort(this)" '
+            f'data-url="{esc(row.abort_url)}" data-txn="{esc(row.info["txn_id"])}" '
+            f'data-target="{esc(f"group {sec.group} (every member: {members})")}" '
+            f"data-identity=\"{esc(json.dumps(row.identity, sort_keys=True))}\">"
+            "Abort group</button>")
+
+
+def _member_target(m: MemberRow) -> str:
+    """A member's name, and under it what it writes: a table by its URI (its location
+    beside it), else the folder."""
+    name = f'<span class="member-name">{esc(m.name)}</span>'
+    if m.location:
+        return (f'{name}<div><code data-table="{esc(m.target)}">{esc(m.target)}</code></div>'
+                f'<div class="meta">location <code data-location="{esc(m.location)}">'
+                f"{esc(m.location)}</code></div>")
+    return f'{name}<div><code data-target="{esc(m.target)}">{esc(m.target)}</code></div>'
+
+
+def group_section(sec: GroupSection, now: float) -> str:
+    """A group's card: per attempt (newest first) the group's own row — its state from
+    the group's ledger, the members' totals, **Abort group** — then one row per member
+    (name, target, that member attempt's state and files, its manifest).  The epoch is
+    the card's (a run's group attempts are of one epoch), in its header."""
+    epochs = sorted({str(r.info["epoch"]) for r in sec.rows})
+    epoch = "".join(f'<span class="meta">epoch <code data-epoch>{esc(e)}</code></span>'
+                    for e in epochs)
+    header = (f'<header><h2>{esc(sec.title)}</h2><span class="tag">group transaction</span>'
+              f'<span class="meta">group <code data-group-uri="{esc(sec.group)}">'
+              f'{esc(sec.group)}</code></span>'
+              f'<span class="meta">namespace <code>{esc(sec.namespace)}</code></span>{epoch}'
+              "</header>")
+    attrs = f'class="card group-card" data-group="{esc(sec.group)}"'
+    if sec.error:
+        return (f'<section {attrs} data-error>{header}<div class="empty warn">The group could '
+                f"not be opened: {esc(sec.error)}</div></section>")
+    if not sec.rows:
+        return f'<section {attrs}>{header}<div class="empty">No transaction yet.</div></section>'
+    keys = {m.version_key for r in sec.rows for m in r.members} - {None}
+    cols = ["State", "Member", "Attempt", "Files", "Rows", "Size",
+            *(["Version"] if keys else []), "Started", "Decided", "Expires", "Reason", ""]
+    num = {"Attempt", "Files", "Rows", "Size"}
+    head = "".join(f'<th class="num">{c}</th>' if c in num else f"<th>{c}</th>" for c in cols)
+
+    def cells(i: Mapping[str, Any], expires: str, version: str | None) -> str:
+        return "".join([
+            f'<td class="num">{int(i["attempt"])}</td>',
+            f'<td class="num" data-col="files">{number(i.get("files"))}</td>',
+            f'<td class="num" data-col="rows">{number(i.get("rows"))}</td>',
+            f'<td class="num" data-col="bytes">{human_bytes(i.get("bytes"))}</td>',
+            *([f'<td class="version" data-col="version">{version}</td>'] if keys else []),
+            f'<td class="wrap">{age(i.get("started_at"), now)}</td>',
+            f'<td class="wrap">{age(i.get("decided_at"), now)}</td>',
+            f'<td class="wrap">{expires}</td>',
+            f'<td class="reason">{text(i.get("reason"))}</td>'])
+
+    bodies = []
+    for row in sec.rows:
+        g = row.info
+        state = esc(g["state"])
+        trs = [f'<tr class="group-row" data-group-txn="{esc(g["txn_id"])}" data-state="{state}" '
+               f'title="{esc(g["txn_id"])}"><td class="state">{state_badge(g)}</td>'
+               f'<td class="target"><strong>whole group</strong><div class="meta">'
+               f'{esc(", ".join(m.name for m in row.members))}</div></td>'
+               + cells(g, expiry(row, now), _DASH)
+               + f'<td class="act"><span class="actions">{_group_button(sec, row)}'
+               "</span></td></tr>"]
+        for m in row.members:
+            i = m.info or {"epoch": g["epoch"], "attempt": g["attempt"], "state": "—",
+                           "reason": "this member's attempt never began"}
+            version = version_cell(i, m.version_key) if m.version_key and m.info else _DASH
+            link = f'<a href="{esc(m.manifest_href)}">Manifest</a>' \
+                if m.manifest_href and m.info else ""
+            trs.append(
+                f'<tr class="member-row" data-member="{esc(m.name)}" '
+                f'data-txn="{esc(g["txn_id"])}" data-state="{esc(i["state"])}">'
+                f'<td class="state">{state_badge(i) if m.info else _DASH}</td>'
+                f'<td class="target member">{_member_target(m)}</td>'
+                + cells(i, _DASH, version)
+                + f'<td class="act"><span class="actions">{link}</span></td></tr>')
+        bodies.append(f'<tbody data-group-txn="{esc(g["txn_id"])}" data-state="{state}">'
+                      + "".join(trs) + "</tbody>")
+    table = (f'<div class="table-wrap"><table><thead><tr>{head}</tr></thead>'
+             f'{"".join(bodies)}</table></div>')
+    return f"<section {attrs}>{header}{table}</section>"
 
 
 def crumbs(parts: Iterable[tuple[str, str | None]]) -> str:

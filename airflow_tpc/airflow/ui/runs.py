@@ -114,11 +114,16 @@ def recent_docs(dag_ids: set[str], limit: int = 200) -> list[dict[str, Any]]:
 def hook_for(doc: dict[str, Any]) -> Any:
     """The hook of the sink a transaction XCom names; the credentials connection is looked
     up by name here, in the API server (the XCom holds only its name)."""
-    from airflow.models.connection import Connection
-
     from airflow_tpc.airflow.hooks import SinkArgs
 
-    args = SinkArgs.from_txn_doc(doc)
+    return hook_of(SinkArgs.from_txn_doc(doc))
+
+
+def hook_of(args: Any) -> Any:
+    """The hook of one :class:`~airflow_tpc.airflow.hooks.SinkArgs` (a target of a
+    transaction XCom, or a member of a group's), its connections looked up by name."""
+    from airflow.models.connection import Connection
+
     connection = catalog = None
     if args.storage_conn_id:
         connection = Connection.get_connection_from_secrets(args.storage_conn_id)
@@ -251,13 +256,15 @@ def abort(found: Found, user: str, via: str) -> dict[str, Any]:
     return result
 
 
-def audit(found: Found, user: str, via: str, outcome: str) -> None:
+def audit(found: Any, user: str, via: str, outcome: str, **more: Any) -> None:
     """One row of Airflow's own audit log (``log`` table; the UI's Audit Log, the REST
-    API's ``/api/v2/eventLogs``) for an action on a transaction."""
+    API's ``/api/v2/eventLogs``) for an action on a transaction (:class:`Found`, or a
+    group's :class:`~airflow_tpc.airflow.ui.groups.FoundGroup`; ``more`` goes into
+    ``extra`` too)."""
     from airflow.models.log import Log
     from airflow.utils.session import create_session
 
-    extra = {**found.identity(), "outcome": outcome, "via": via}
+    extra = {**found.identity(), **more, "outcome": outcome, "via": via}
     with create_session() as session:
         session.add(Log(event=AUDIT_EVENT, owner=user, owner_display_name=user,
                         extra=json.dumps(extra), dag_id=found.dag_id, run_id=found.run_id,

@@ -58,10 +58,12 @@
         button.disabled = false;
         return;
       }
+      // A group's abort answers with its group (every member aborted with it).
+      const what = body.group ? "group " + body.group : body.target;
       if (body.outcome === "already aborted") {
-        say(body.txn_id + " of " + body.target + " was already aborted.", false);
+        say(body.txn_id + " of " + what + " was already aborted.", false);
       } else {
-        say("Aborted " + body.txn_id + " of " + body.target + ".", false);
+        say("Aborted " + body.txn_id + " of " + what + ".", false);
       }
       window.location.reload();
     } catch (err) {
