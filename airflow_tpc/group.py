@@ -414,7 +414,9 @@ class Group(GroupMaintenance):
                "attempt": attempt, "txn_id": f"{self.namespace}/{epoch}/{attempt}",
                "reason": reason, "expired": expired, "decided_at": time.time()}
         crashpoint("group.abort.before_decision")
-        made, winner = self.ledger.create_or_get(epoch, attempt, DECISION, doc)
+        made, winner = False, self.ledger.read(epoch, attempt, DECISION)
+        if winner is None:  # a committed group is refused before anything is written
+            made, winner = self.ledger.create_or_get(epoch, attempt, DECISION, doc)
         if isinstance(winner, GroupCommit):
             raise InvalidState(f"cannot abort group {self.namespace}/{epoch}/{attempt}: it is "
                                "COMMITTED (use a new run of the epoch to replace its output)")

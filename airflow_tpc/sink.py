@@ -932,6 +932,10 @@ class Sink:
             begin.namespace if isinstance(begin, Begin) else self.namespace, self.target,
             epoch, attempt)
         crashpoint("abort.before_decision")
+        winner = self.ledger.read(epoch, attempt, DECISION)
+        if isinstance(winner, CommitDecision):  # refused before anything is written
+            raise InvalidState(f"cannot abort {self.namespace}/{epoch}/{attempt}: it is "
+                               "COMMITTED (use a new run of the epoch to replace its output)")
         sealed = self._discarded(epoch, attempt)
         created, winner = self.ledger.create_or_get(epoch, attempt, DECISION, doc)
         if isinstance(winner, CommitDecision):

@@ -123,6 +123,20 @@ class GroupArgs:
         return cls(str(doc["group_uri"]), str(doc["namespace"]), tuple(
             (str(n), SinkArgs(**a, where=where)) for n, a in doc["members"].items()))
 
+    def xcom(self, gtxn: GroupTransaction) -> dict[str, Any]:
+        """What a group's submit task pushes under ``tpc_group_txn``: the transaction and,
+        beside it, the group's arguments — names and public options only (SinkArgs
+        refuses secrets) — from which the run page opens the group of a run.  A custom
+        submit task (:func:`~airflow_tpc.airflow.task_group.exactly_once_group_tasks`)
+        pushes the same."""
+        first = self.members[0][1]
+        return {**gtxn.to_dict(), "group_uri": self.group_uri,
+                "storage_conn_id": first.storage_conn_id,
+                "storage_options": dict(first.storage_options or {}),
+                "catalog_conn_id": next((a.catalog_conn_id for _, a in self.members
+                                         if a.catalog_conn_id), None),
+                "member_args": {n: a.serialize() for n, a in self.members}}
+
     def assets(self) -> list[Asset]:
         return [target_asset(args.target) for _, args in self.members]
 
@@ -202,15 +216,7 @@ class GroupSparkSubmitOperator(GroupTaskMixin, StagedSparkSubmitOperator):
         self.log.info("Began group %s of %s (fencing number %d): %s", gtxn.txn_id, group.uri,
                       gtxn.attempt, ", ".join(f"{n} -> {t.staging_uri}"
                                               for n, t in gtxn.members.items()))
-        args = self.group_args
-        # The group's arguments beside the transaction, names and public options only
-        # (SinkArgs refuses secrets): how the UI plugin opens the group of a run.
-        context["ti"].xcom_push(key=GROUP_XCOM_KEY, value={
-            **gtxn.to_dict(), "group_uri": args.group_uri,
-            "storage_conn_id": self.storage_conn_id or None,
-            "storage_options": dict(args.members[0][1].storage_options or {}),
-            "catalog_conn_id": self.catalog_conn_id or None,
-            "member_args": {n: a.serialize() for n, a in args.members}})
+        context["ti"].xcom_push(key=GROUP_XCOM_KEY, value=self.group_args.xcom(gtxn))
 
         def conf_for(credentials_file: str | None) -> dict[str, str]:
             members = {name: job_payload(

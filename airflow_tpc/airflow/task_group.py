@@ -223,7 +223,9 @@ def exactly_once_group_tasks(
 ) -> dict[str, BaseOperator]:
     """The group's tasks after ``submit``, as :func:`exactly_once_tasks` is a single
     target's: ``submit`` is any task that began the group attempt and pushed it to XCom
-    under ``tpc_group_txn`` (as ``GroupSparkSubmitOperator`` does)."""
+    under ``tpc_group_txn`` as ``GroupSparkSubmitOperator`` does
+    (``GroupArgs.of(targets, namespace, group_uri).xcom(gtxn)``: the run page opens the
+    group from it)."""
     from airflow_tpc.airflow.group_sensor import GroupPrecommitSensor
     from airflow_tpc.airflow.groups import GroupAbortOperator, GroupCommitOperator
 

@@ -9,6 +9,7 @@ point one group commit passes and crashes at each occurrence in turn.
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -187,8 +188,14 @@ def test_a_member_cannot_be_decided_on_its_own(local):
     assert _member_state(group, "events", "5", 1) == TxnState.PRECOMMITTED
     group.commit(gtxn)
     assert events.commit(txn).outcome == "already_committed"  # decided: a plain roll-forward
+    everything = lambda: {p: p.read_bytes() for p in Path(_base(store)).rglob("*")  # noqa: E731
+                          if p.is_file()}
+    before = everything()
     with pytest.raises(InvalidState, match="COMMITTED"):
         _group(store).abort(gtxn)
+    with pytest.raises(InvalidState, match="COMMITTED"):
+        events.abort(txn)
+    assert everything() == before  # refused before anything is written
 
 
 def test_a_zombie_group_attempt_is_fenced_and_recover_aborts_it(local):

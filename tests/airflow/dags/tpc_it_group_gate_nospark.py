@@ -16,6 +16,7 @@ from typing import Any
 from airflow.sdk import DAG, task
 
 from airflow_tpc import Group, Sink
+from airflow_tpc.airflow.groups import GroupArgs
 from airflow_tpc.airflow.task_group import exactly_once_group_tasks
 
 ROOT = os.environ.get("TPC_IT_ROOT", "/tmp/tpc-it")
@@ -39,7 +40,8 @@ with DAG("tpc_it_group_gate_nospark", schedule=None, start_date=datetime(2026, 1
         group = open_group()
         gtxn = group.begin(context["dag_run"].conf["epoch"],
                            owner={"dag_id": ti.dag_id, "run_id": ti.run_id})
-        ti.xcom_push(key="tpc_group_txn", value=gtxn.to_dict())
+        args = GroupArgs.of(TARGETS, NAMESPACE, GROUP_URI)
+        ti.xcom_push(key="tpc_group_txn", value=args.xcom(gtxn))
         for name, txn in gtxn.members.items():
             staging = Path(txn.staging_uri.removeprefix("file://"))
             staging.mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,7 @@ from typing import Any
 from airflow.sdk import DAG, task
 
 from airflow_tpc.airflow import AbortOperator, CommitOperator, PrecommitSensor, TpcHook
+from airflow_tpc.airflow.groups import GroupArgs
 from airflow_tpc.airflow.task_group import exactly_once_group_tasks
 
 ROOT = os.environ.get("TPC_IT_ROOT", "/tmp/tpc-it")
@@ -87,7 +88,9 @@ with DAG("tpc_it_lineage_group", schedule=None, start_date=datetime(2026, 1, 1),
                                   catalog_conn_id="tpc_it_lineage_catalog")}
         group = Group({n: h.get_sink() for n, h in hooks.items()}, GROUP_URI)
         gtxn = group.begin(conf["epoch"], owner={"dag_id": ti.dag_id, "run_id": ti.run_id})
-        ti.xcom_push(key="tpc_group_txn", value=gtxn.to_dict())
+        args = GroupArgs.of(GROUP_TARGETS, NAMESPACE, GROUP_URI,
+                            catalog_conn_id="tpc_it_lineage_catalog")
+        ti.xcom_push(key="tpc_group_txn", value=args.xcom(gtxn))
         for txn in gtxn.members.values():
             staging = txn.staging_uri.removeprefix("file://")
             os.makedirs(staging, exist_ok=True)

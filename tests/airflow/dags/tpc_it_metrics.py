@@ -19,6 +19,7 @@ from airflow.sdk import DAG, task
 
 from airflow_tpc import Sink, SinkConfig
 from airflow_tpc.airflow import AbortOperator, CommitOperator, PrecommitSensor
+from airflow_tpc.airflow.groups import GroupArgs
 from airflow_tpc.airflow.task_group import exactly_once_group_tasks
 
 ROOT = os.environ.get("TPC_IT_ROOT", "/tmp/tpc-it")
@@ -84,7 +85,9 @@ with DAG("tpc_it_metrics_group", schedule=None, start_date=datetime(2026, 1, 1),
         group = Group({n: Sink(t, GROUP_NAMESPACE) for n, t in GROUP_TARGETS.items()},
                       os.path.join(ROOT, "_tpc_groups", GROUP_NAMESPACE))
         gtxn = group.begin(conf["epoch"], owner={"dag_id": ti.dag_id, "run_id": ti.run_id})
-        ti.xcom_push(key="tpc_group_txn", value=gtxn.to_dict())
+        args = GroupArgs.of(GROUP_TARGETS, GROUP_NAMESPACE,
+                            os.path.join(ROOT, "_tpc_groups", GROUP_NAMESPACE))
+        ti.xcom_push(key="tpc_group_txn", value=args.xcom(gtxn))
         for txn in gtxn.members.values():
             staging = Path(txn.staging_uri.removeprefix("file://"))
             staging.mkdir(parents=True, exist_ok=True)
