@@ -10,7 +10,6 @@ member's validated manifest (digest, counts), which the commit task commits agai
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from airflow_tpc.airflow.groups import (
 )
 from airflow_tpc.airflow.hooks import PrecommitStatus, TpcHook
 from airflow_tpc.airflow.sensors import PrecommitFailed
+from airflow_tpc.airflow.triggers import poll_until
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -172,18 +172,6 @@ class GroupPrecommitTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hooks = await self._hooks()
-        while True:
-            try:
-                check = await asyncio.to_thread(check_group_precommit, self.args, hooks,
-                                                self.txn, self.allow_empty)
-                status, message = check.status, check.message
-            except Exception as exc:  # storage hiccup: report it, the sensor fails clearly
-                status, message = "failed", f"could not check the pre-commit: {exc}"
-            if status != "waiting":
-                yield TriggerEvent({"status": status, "message": message})
-                return
-            if self.deadline is not None and time.time() >= self.deadline:
-                yield TriggerEvent({"status": "timeout", "message": f"timed out: {message}"})
-                return
-            self.log.info("%s; next look in %.0f s", message, self.poll_interval)
-            await asyncio.sleep(self.poll_interval)
+        async for event in poll_until(self, lambda: check_group_precommit(
+                self.args, hooks, self.txn, self.allow_empty)):
+            yield event

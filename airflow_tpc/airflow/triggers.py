@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -65,17 +65,25 @@ class PrecommitTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = await self._hook()
-        while True:
-            try:
-                check = await asyncio.to_thread(hook.check_precommit, self.txn)
-                status, message = check.status, check.message
-            except Exception as exc:  # storage hiccup: report it, the sensor fails clearly
-                status, message = "failed", f"could not check the pre-commit: {exc}"
-            if status != "waiting":
-                yield TriggerEvent({"status": status, "message": message})
-                return
-            if self.deadline is not None and time.time() >= self.deadline:
-                yield TriggerEvent({"status": "timeout", "message": f"timed out: {message}"})
-                return
-            self.log.info("%s; next look in %.0f s", message, self.poll_interval)
-            await asyncio.sleep(self.poll_interval)
+        async for event in poll_until(self, lambda: hook.check_precommit(self.txn)):
+            yield event
+
+
+async def poll_until(trigger: Any, check: Callable[[], Any]) -> AsyncIterator[TriggerEvent]:
+    """The loop of a pre-commit trigger (a target's or a group's): ask ``check`` (in a
+    thread; it does blocking I/O) every ``trigger.poll_interval`` seconds until it is
+    no longer "waiting" or ``trigger.deadline`` passes; one event either way."""
+    while True:
+        try:
+            result = await asyncio.to_thread(check)
+            status, message = result.status, result.message
+        except Exception as exc:  # storage hiccup: report it, the sensor fails clearly
+            status, message = "failed", f"could not check the pre-commit: {exc}"
+        if status != "waiting":
+            yield TriggerEvent({"status": status, "message": message})
+            return
+        if trigger.deadline is not None and time.time() >= trigger.deadline:
+            yield TriggerEvent({"status": "timeout", "message": f"timed out: {message}"})
+            return
+        trigger.log.info("%s; next look in %.0f s", message, trigger.poll_interval)
+        await asyncio.sleep(trigger.poll_interval)
