@@ -257,16 +257,17 @@ def _drop_hidden_folders(layout: Layout, staging: str) -> None:
     leaves its part files there, never in the manifest, and a reader that does not
     skip ``_`` folders (DuckDB's ``**/*.parquet``) would read them once published.
     Hidden files (``_SUCCESS``, ``.crc``, the manifest) stay: no glob of data files
-    matches them, and some consumers wait for ``_SUCCESS``."""
+    matches them, and some consumers wait for ``_SUCCESS``.
+
+    A walk of folders only (no file is stat'ed): the commit's verification already
+    made the one full listing of staging a commit needs."""
     storage = layout.storage
-    prefix = staging.rstrip("/") + "/"
-    doomed: set[str] = set()
-    for info in storage.list(staging):
-        parts = info.path[len(prefix):].split("/")
-        for depth, part in enumerate(parts[:-1]):
-            if part[:1] in ("_", "."):
-                doomed.add(prefix + "/".join(parts[:depth + 1]))
-                break
+    doomed: list[str] = []
+    pending = [staging]
+    while pending:
+        folder = pending.pop()
+        for name in storage.list_dirs(folder):
+            (doomed if name[:1] in ("_", ".") else pending).append(storage.join(folder, name))
     for folder in sorted(doomed):
         storage.delete_prefix(folder)
 

@@ -158,3 +158,47 @@ def test_secret_never_in_error_messages(s3_options, s3_bucket):
         sink.begin("1")
     text = f"{info.value!s} {info.value!r} {sink!r} {sink.storage!r}"
     assert "S3" in text and s3_options["secret"] not in text
+
+
+@pytest.mark.parametrize("kind", sorted(k for k in DOC_TAMPERING
+                                        if k not in ("not-json", "truncated", "array")))
+def test_tampered_manifest_in_canonical_form_is_refused(kind):
+    """A manifest file is canonical JSON, and its digest is checked on its bytes (the
+    body's canonical form is the file minus the digest member): every tampering is
+    refused on that path too, with the same message as in any other form."""
+    from airflow_tpc.manifest import FileEntry, Manifest, canonical_json
+
+    files = [FileEntry("a.parquet", 5, "sha256:" + "a" * 64),
+             FileEntry("c/d.parquet", 6, "md5:ab", 3)]
+    manifest = Manifest.build(namespace="bad", target="file:///t", epoch="1", attempt=2,
+                              staging="/t/s", files=files)
+    mutate, redigest, match = DOC_TAMPERING[kind]
+    doc = mutate(manifest.to_dict())
+    if redigest:
+        doc = _redigest(doc)
+    with pytest.raises(ManifestError, match=match):
+        parsed = Manifest.parse(canonical_json(doc))
+        parsed.check_transaction(namespace="bad", target="file:///t", epoch="1", attempt=2,
+                                 staging="/t/s")
+
+
+def test_manifest_bytes_parse_as_their_document_in_any_form():
+    """The digest checked on a canonical file's bytes and the digest recomputed from a
+    re-formatted one agree; a flipped byte in a canonical file is refused."""
+    from airflow_tpc.manifest import FileEntry, Manifest, canonical_json
+
+    manifest = Manifest.build(namespace="n", target="file:///t", epoch="é", attempt=1,
+                              staging="/t/s", files=[FileEntry(f"p={i}/x\u00e9.parquet", i,
+                                                               "sha256:" + "b" * 64, i)
+                                                     for i in range(50)])
+    raw = manifest.to_json_bytes()
+    assert raw == canonical_json(manifest.to_dict())
+    doc = manifest.to_dict()
+    parsed = Manifest.parse(doc)
+    assert parsed.files == manifest.files and parsed.digest == manifest.digest
+    for form in (raw, raw.decode(), json.dumps(doc, indent=2).encode()):
+        assert Manifest.parse(form) == parsed
+    flipped = raw.replace(b'"size":7}', b'"size":8}', 1)
+    assert flipped != raw
+    with pytest.raises(ManifestError, match="digest does not match"):
+        Manifest.parse(flipped)
