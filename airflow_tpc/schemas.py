@@ -314,20 +314,26 @@ def group_decision_schema() -> dict[str, Any]:
 
 
 def marker_schema() -> dict[str, Any]:
+    head = {"epoch": {"type": "string", "pattern": EPOCH_PATTERN},
+            "attempt": {"type": "integer", "minimum": 1},
+            "txn_id": {"type": "string", "minLength": 1},
+            "manifest_digest": {"type": "string", "pattern": DIGEST_PATTERN},
+            "mode": {"enum": list(PROMOTION_MODES)},
+            "totals": _totals()}
+    required = ["format", "version", "epoch", "attempt", "txn_id", "manifest_digest", "mode"]
+    listing = _object({**_const_format("airflow-tpc-published", 1), **head,
+                       "files": {"type": "array", "items": _file_entry()}},
+                      [*required, "files"])
+    named = _object({**_const_format("airflow-tpc-published", 2), **head,
+                     "manifest": {"type": "string", "minLength": 1}},
+                    [*required, "manifest"])
     return _document(
         "published-marker", "airflow-tpc published marker (epoch=E/_tpc_published.json)",
-        "What readers read: the files of the epoch's published attempt, relative to the "
-        "target root.",
-        _object({**_const_format("airflow-tpc-published", 1),
-                 "epoch": {"type": "string", "pattern": EPOCH_PATTERN},
-                 "attempt": {"type": "integer", "minimum": 1},
-                 "txn_id": {"type": "string", "minLength": 1},
-                 "manifest_digest": {"type": "string", "pattern": DIGEST_PATTERN},
-                 "mode": {"enum": list(PROMOTION_MODES)},
-                 "files": {"type": "array", "items": _file_entry()},
-                 "totals": _totals()},
-                ["format", "version", "epoch", "attempt", "txn_id", "manifest_digest",
-                 "mode", "files"]))
+        "What readers read: the epoch's published attempt. Version 2 names its manifest "
+        "(`manifest`, relative to the target root: in the epoch's folder or in the "
+        "attempt's staging), whose files readers read; version 1 lists the files "
+        "(`files`, relative to the target root).",
+        {"oneOf": [named, listing]})
 
 
 def sink_claim_schema() -> dict[str, Any]:

@@ -483,7 +483,7 @@ class DamageMachine(RuleBasedStateMachine):
                 assert _commit_of(doc)[1] == digest, \
                     f"published {key} is decided {doc.get('outcome')} in the ledger: {doc}"
             files = self.sealed[key][1]
-            listed = marker["files"]
+            listed = marker["files"] if "files" in marker else self._named_files(marker)
             assert len(listed) == len(files)
             for entry, rel in zip(listed, sorted(files), strict=True):
                 path = entry["path"]
@@ -493,6 +493,18 @@ class DamageMachine(RuleBasedStateMachine):
                 assert got == files[rel], \
                     f"epoch {epoch}: {entry['path']} is {got!r}, its manifest says {files[rel]!r}"
             assert len(seen[epoch]) == len(files)
+
+    def _named_files(self, marker):
+        """A version-2 marker's files, read here without airflow-tpc's reader: the
+        entries of the manifest it names (whose digest must be the marker's), relative
+        to the manifest's folder."""
+        named = marker["manifest"]
+        path = (named.split("://", 1)[1] if "://" in named
+                else self.storage.join(self.sink.layout.root, named))
+        doc = json.loads(self.storage.read_bytes(path))
+        assert doc["digest"] == marker["manifest_digest"], f"{named} is not the published one"
+        base = named.rpartition("/")[0]
+        return [{"path": f"{base}/{e['path']}"} for e in doc["files"]]
 
     def _check_no_silent_loss(self, markers):
         """(a): a sealed attempt whose manifest is gone was published, superseded by a

@@ -73,6 +73,23 @@ class ReadCommittedProbe:
         self.bucket, _, self.root = sink.layout.root.partition("/")
         self._markers: dict[tuple[str, str], dict[str, Any]] = {}
 
+    def _listed(self, marker: dict[str, Any]) -> list[str]:
+        """The paths a marker gives: listed (version 1), or the entries of the manifest
+        it names (version 2), read from moto here, which must be the published one."""
+        if "files" in marker:
+            return [f["path"] for f in marker["files"]]
+        named = marker["manifest"]
+        key = named.split("://", 1)[1].partition("/")[2] if "://" in named \
+            else f"{self.root}/{named}"
+        try:
+            doc = json.loads(self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read())
+        except self.client.exceptions.NoSuchKey:
+            return [f"{named} (MISSING)"]
+        if doc.get("digest") != marker["manifest_digest"]:
+            return [f"{named} (OTHER MANIFEST)"]
+        base = named.rpartition("/")[0]
+        return [f"{base}/{e['path']}" for e in doc["files"]]
+
     def view(self) -> dict[str, Digests]:
         etags: dict[str, str] = {}
         # The target's parent: "manifest" mode publishes files where they were staged,
@@ -96,8 +113,7 @@ class ReadCommittedProbe:
                 body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
                 doc = self._markers[(key, etag)] = json.loads(body)
             found = []
-            for f in doc["files"]:
-                path = f["path"]
+            for path in self._listed(doc):
                 full = path.split("://", 1)[1].partition("/")[2] if "://" in path \
                     else f"{self.root}/{path}"
                 found.append(etags.get(full, f"MISSING:{full}"))
