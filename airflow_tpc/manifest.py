@@ -45,13 +45,13 @@ def digest_of(obj: dict[str, Any]) -> str:
 #: Paths every check of :func:`check_relative_path` accepts (relative, normalised, no
 #: hidden part, backslash, NUL or scheme), matched in one C call: a commit checks
 #: every file of its manifest and listing.  The checks below only say why not.
-_PLAIN_PATH_RE = re.compile(r"[^/\\\x00._][^/\\\x00]*(?:/[^/\\\x00._][^/\\\x00]*)*")
+PLAIN_PATH_RE = re.compile(r"[^/\\\x00._][^/\\\x00]*(?:/[^/\\\x00._][^/\\\x00]*)*")
 _ENTRY_KEYS = frozenset({"path", "size", "checksum", "rows"})
 
 
 def check_relative_path(path: Any) -> str:
     """Refuse any path that could resolve outside staging or be hidden from readers."""
-    if isinstance(path, str) and _PLAIN_PATH_RE.fullmatch(path):
+    if isinstance(path, str) and PLAIN_PATH_RE.fullmatch(path):
         return path
     if not isinstance(path, str) or not path:
         raise ManifestError(f"file path {path!r} is not a non-empty string")
@@ -299,18 +299,34 @@ def _decode_canonical(data: bytes) -> tuple[dict[str, Any], str | None]:
 def _entries(raw_files: list[Any], where: str) -> list[FileEntry]:
     """The file entries, checked: the common well-formed entry in a few C calls, any
     other through :func:`_entry`, which says what is wrong with it."""
-    plain, checksum_ok, keys = _PLAIN_PATH_RE.fullmatch, _CHECKSUM_RE.fullmatch, _ENTRY_KEYS
+    plain, checksum_ok = PLAIN_PATH_RE.fullmatch, _CHECKSUM_RE.fullmatch
     out = []
     for raw in raw_files:
-        if type(raw) is dict and raw.keys() == keys:
-            path, size, checksum, rows = raw["path"], raw["size"], raw["checksum"], raw["rows"]
+        # Four keys, all four present: exactly the entry's keys.
+        if type(raw) is dict and len(raw) == 4 and "rows" in raw:
+            try:
+                path, size, checksum = raw["path"], raw["size"], raw["checksum"]
+            except KeyError:
+                path = None
+            rows = raw["rows"]
             if type(path) is str and plain(path) and type(size) is int and size >= 0 \
                     and type(checksum) is str and checksum_ok(checksum) \
                     and (rows is None or (type(rows) is int and rows >= 0)):
-                out.append(FileEntry(path, size, checksum, rows))
+                out.append(_new_entry(path, size, checksum, rows))
                 continue
         out.append(_entry(raw, where))
     return out
+
+
+def _new_entry(path: str, size: int, checksum: str, rows: int | None) -> FileEntry:
+    """A checked :class:`FileEntry`, built without the four ``object.__setattr__`` calls
+    a frozen dataclass's ``__init__`` makes (half of parsing a large manifest)."""
+    entry = _NEW(FileEntry)
+    entry.__dict__.update(path=path, size=size, checksum=checksum, rows=rows)
+    return entry
+
+
+_NEW = object.__new__
 
 
 def _entry(raw: Any, where: str) -> FileEntry:

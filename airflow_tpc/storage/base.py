@@ -14,8 +14,7 @@ import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import StorageError, UnsupportedStorage
 
@@ -24,9 +23,11 @@ CHUNK = 8 * 1024 * 1024
 STAGING_HOME_DIR = "_tpc_staging"
 
 
-@dataclass(frozen=True)
-class ObjectInfo:
-    """One file (object) found by a recursive listing."""
+class ObjectInfo(NamedTuple):
+    """One file (object) found by a recursive listing.
+
+    A named tuple, not a frozen dataclass: a listing builds one per file, and a
+    commit's listing of 10,000 files is the floor it is measured against."""
 
     path: str
     size: int
