@@ -13,8 +13,8 @@ higher attempt:
 - :class:`CopyThenSwapMarker` (mode "move" on a store with server-side copy, S3):
   parallel copies to attempt-tagged keys, then a compare-and-swap of the marker
   (``IfMatch``/``IfNoneMatch``), then files of lower attempts are deleted.
-- :class:`ManifestOnly` (mode "manifest", any store): the marker lists the
-  staged files where they are.
+- :class:`ManifestOnly` (mode "manifest", any store): the marker names the
+  manifest in staging, whose files are read where they are.
 
 All three share one skeleton (:func:`promote`); table formats plug in here
 (``airflow_tpc.tables``: :func:`strategy_for` asks the layout's table target).
@@ -380,8 +380,9 @@ class CopyThenSwapMarker(Strategy):
 
 
 class ManifestOnly(Strategy):
-    """Zero copy on any store: the marker lists the staged files where they are, so
-    staging *is* the published data until a later attempt supersedes it."""
+    """Zero copy on any store: the marker names the manifest in staging, whose files are
+    read where they are, so staging *is* the published data until a later attempt
+    supersedes it."""
 
     name = "manifest"
 

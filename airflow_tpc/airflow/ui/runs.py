@@ -276,7 +276,7 @@ def manifest_view(sink: Any, info: Any) -> dict[str, Any]:
 
     * staged (pre-committed, or committed and not yet promoted): the sealed manifest in
       staging (:meth:`Sink.read_manifest`);
-    * committed and published: the epoch's published marker, which lists the same files
+    * committed and published: the epoch's published marker, which gives the same files
       (size, checksum, rows) where readers find them;
     * committed and since superseded: the decision's digest and totals only (the files were
       replaced by a later attempt);
