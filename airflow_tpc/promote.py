@@ -30,15 +30,24 @@ from collections.abc import Callable
 from typing import Any
 
 from .errors import (
-    LedgerError,
     ManifestError,
     PlacementError,
     StorageError,
     UnsupportedStorage,
 )
 from .faults import crashpoint
-from .ledger import ATTEMPT_DIR_RE, MAX_RECORD_BYTES, PUBLISHED_MARKER, TPC_DIR, Layout
-from .manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest
+from .ledger import ATTEMPT_DIR_RE, PUBLISHED_MARKER, TPC_DIR, Layout
+from .manifest import Manifest
+from .marker import (  # noqa: F401 - read_marker, marker_doc: re-exported for callers
+    decode_marker,
+    is_this,
+    marker_doc,
+    marker_files,
+    marker_listing,
+    read_marker,
+    rel_to_root,
+    swap_marker,
+)
 from .records import CommitDecision
 from .staging import verify_against_storage
 
@@ -57,137 +66,6 @@ def tagged(relpath: str, attempt: int) -> str:
 def tag_of(relpath: str) -> int | None:
     m = _TAG_RE.match(posixpath.basename(relpath))
     return int(m.group(1)) if m else None
-
-
-def marker_doc(manifest: Manifest, mode: str, paths: list[str] | None = None,
-               manifest_path: str | None = None) -> dict[str, Any]:
-    """The published marker, for readers; deterministic (no timestamps), so concurrent
-    promoters write identical bytes.
-
-    Version 2 (``manifest_path``): the marker names the manifest, which lies in the
-    published folder (``move`` on a local disk) or in the staging it describes
-    (``manifest`` mode); readers take the files from it.  A few hundred bytes
-    whatever the file count, instead of every path again (1.8 MB at 10,000 files).
-    Version 1 (``paths``): the files relative to the target root, where no manifest
-    stays beside them (``move`` by copying, table formats).
-    """
-    doc: dict[str, Any] = {
-        "format": "airflow-tpc-published", "version": 1 if manifest_path is None else 2,
-        "epoch": manifest.epoch, "attempt": manifest.attempt, "txn_id": manifest.txn_id,
-        "manifest_digest": manifest.digest, "mode": mode,
-        "totals": {"files": manifest.total_files, "bytes": manifest.total_bytes,
-                   "rows": manifest.total_rows}}
-    if manifest_path is not None:
-        doc["manifest"] = manifest_path
-    else:
-        doc["files"] = [{"path": p, "size": f.size, "checksum": f.checksum, "rows": f.rows}
-                        for p, f in zip(paths or [], manifest.files, strict=True)]
-    return doc
-
-
-def _decode_marker(layout: Layout, epoch: str, data: bytes | None, *,
-                   files: bool = True) -> dict[str, Any] | None:
-    """Parse a marker and check it belongs to ``epoch``: readers read exactly its files.
-
-    A marker copied from another epoch (or edited to list files elsewhere) would make
-    read-committed readers serve someone else's data as this epoch's, so every
-    listed path must lie in this epoch's published folder or in the staging of the
-    attempt the marker names, and a version-2 marker must name the manifest in one
-    of those two places.  ``files``: give a version-2 marker its ``files`` from the
-    manifest it names (False: the caller needs only attempt and digest).
-    """
-    if data is None:
-        return None
-    where = layout.storage.uri(layout.marker(epoch))
-    if len(data) > MAX_MANIFEST_BYTES + MAX_RECORD_BYTES:
-        raise LedgerError(f"published marker {where} is {len(data)} bytes, above the cap")
-    try:
-        doc = json.loads(data)
-        if not isinstance(doc, dict) or not isinstance(doc.get("attempt"), int) \
-                or isinstance(doc["attempt"], bool) or doc["attempt"] < 1 \
-                or not isinstance(doc.get("manifest_digest"), str) \
-                or not (isinstance(doc.get("files"), list)
-                        or isinstance(doc.get("manifest"), str)):
-            raise ValueError
-    except ValueError:
-        raise LedgerError(f"published marker {where} is corrupt") from None
-    if doc.get("epoch") != epoch:
-        raise LedgerError(f"published marker {where} is for epoch {doc.get('epoch')!r}, not "
-                          f"{epoch!r}; it was copied or edited by hand")
-    staging = layout.staging(epoch, doc["attempt"])
-    if "files" not in doc:
-        named = _named_manifest(layout, epoch, staging, doc["manifest"])
-        if named is None:
-            raise LedgerError(f"published marker {where} names the manifest "
-                              f"{doc['manifest']!r}, neither in epoch {epoch}'s published "
-                              f"folder nor in attempt {doc['attempt']}'s staging; it was "
-                              "copied or edited by hand")
-        if files:
-            doc["files"] = _files_of(layout, doc, named, where)
-        return doc
-    allowed = (f"epoch={epoch}/", _rel_to_root(layout, staging).rstrip("/") + "/")
-    for entry in doc["files"]:
-        path = entry.get("path") if isinstance(entry, dict) else None
-        if not isinstance(path, str) or not path.startswith(allowed) or "/../" in f"/{path}/":
-            raise LedgerError(f"published marker {where} lists {path!r}, outside epoch "
-                              f"{epoch}'s published folder and attempt {doc['attempt']}'s "
-                              "staging; it was copied or edited by hand")
-    return doc
-
-
-def _named_manifest(layout: Layout, epoch: str, staging: str, name: str) -> str | None:
-    """The store path of the manifest a version-2 marker names, if it names one of the
-    only two it may: in the published folder, or in the staging of its attempt."""
-    for folder in (layout.published_dir(epoch), staging):
-        path = layout.storage.join(folder, MANIFEST_NAME)
-        if name == _rel_to_root(layout, path):
-            return path
-    return None
-
-
-def _files_of(layout: Layout, marker: dict[str, Any], path: str,
-              where: str) -> list[dict[str, Any]]:
-    """A version-2 marker's files: the entries of the manifest it names, relative to the
-    target root like a version-1 marker's, once the manifest proves to be the one the
-    marker published (its digest)."""
-    data = layout.storage.read_bytes(path)
-    uri = layout.storage.uri(path)
-    manifest = None if data is None else Manifest.parse(data, where=uri)
-    if manifest is None or manifest.digest != marker["manifest_digest"]:
-        found = "missing" if manifest is None else f"of digest {manifest.digest}"
-        raise MarkerMoved(f"published marker {where} publishes the manifest of digest "
-                          f"{marker['manifest_digest']}, but the manifest it names, {uri}, "
-                          f"is {found}")
-    base = _rel_to_root(layout, path).rpartition("/")[0] + "/"
-    return [{"path": base + f.path, "size": f.size, "checksum": f.checksum, "rows": f.rows}
-            for f in manifest.files]
-
-
-class MarkerMoved(LedgerError):
-    """The manifest a version-2 marker names is not (or no longer) the one it published:
-    a promotion switched the epoch between the reads of the two, or the files were
-    damaged."""
-
-
-def read_marker(layout: Layout, epoch: str, *, files: bool = True) -> dict[str, Any] | None:
-    """The epoch's published marker (None: nothing published), checked; with ``files``
-    (the default) a version-2 marker gets its file list from the manifest it names.
-
-    The marker and the manifest are two reads: a promotion of the epoch may switch both
-    in between, so on a mismatch the marker is read again (a few times, then the
-    mismatch is an error: damage, not a race)."""
-    for _ in range(4):
-        try:
-            return _decode_marker(layout, epoch, layout.storage.read_bytes(layout.marker(epoch)),
-                                  files=files)
-        except MarkerMoved as exc:
-            error = exc
-    raise error
-
-
-def _rel_to_root(layout: Layout, path: str) -> str:
-    root = layout.root.rstrip("/") + "/"
-    return path[len(root):] if path.startswith(root) else layout.storage.uri(path)
 
 
 def promote(layout: Layout, epoch: str, attempt: int, decision: CommitDecision,
@@ -214,7 +92,7 @@ def promote(layout: Layout, epoch: str, attempt: int, decision: CommitDecision,
             current = read_marker(layout, epoch, files=False)
             if current is not None and current["attempt"] >= attempt \
                     and not layout.storage.list(layout.staging(epoch, attempt)):
-                return _is_this(current, epoch, attempt, decision.manifest_digest)
+                return is_this(current, epoch, attempt, decision.manifest_digest)
             raise
 
 
@@ -225,11 +103,11 @@ def _promote(layout: Layout, epoch: str, attempt: int, decision: CommitDecision,
     staging = layout.check_staging(epoch, attempt)
     dst = layout.check_published(epoch)
     raw, version = layout.storage.read_versioned(layout.marker(epoch))
-    current = _decode_marker(layout, epoch, raw, files=False)
+    current = decode_marker(layout, epoch, raw, files=False)
     if current is not None and current["attempt"] > attempt:
         return False  # a later attempt of this epoch is already what readers see
     # "Already published" is decided by digest, never by attempt number alone.
-    done = current is not None and _is_this(current, epoch, attempt, decision.manifest_digest)
+    done = current is not None and is_this(current, epoch, attempt, decision.manifest_digest)
     manifest = None
     if not done:
         manifest = load_manifest()
@@ -310,7 +188,7 @@ class RenameSwap(Strategy):
         _drop_hidden_folders(layout, staging)
         crashpoint("promote.before_marker")
         storage.put(storage.join(staging, PUBLISHED_MARKER), json.dumps(marker_doc(
-            manifest, self.name, **_listing(layout, manifest, staging, dst))).encode())
+            manifest, self.name, **marker_listing(layout, manifest, staging, dst))).encode())
         crashpoint("promote.before_swap")
         storage.replace_dir(staging, dst)
         crashpoint("promote.after_swap")
@@ -365,7 +243,7 @@ class CopyThenSwapMarker(Strategy):
         storage.copy_many(pairs, sizes, etags)
         paths = [f"epoch={manifest.epoch}/{tagged(f.path, attempt)}" for f in manifest.files]
         crashpoint("promote.before_marker")
-        return _swap_marker(layout, manifest, self.name, paths, version)
+        return swap_marker(layout, manifest, self.name, paths, version)
 
     def clean(self, layout: Layout, epoch: str, attempt: int, manifest: Manifest | None,
               current: dict[str, Any] | None) -> None:
@@ -389,8 +267,8 @@ class ManifestOnly(Strategy):
     def switch(self, layout: Layout, manifest: Manifest, staging: str, dst: str,
                version: str | None) -> bool:
         crashpoint("promote.before_marker")
-        return _swap_marker(layout, manifest, self.name, None, version,
-                            **_listing(layout, manifest, staging, staging))
+        return swap_marker(layout, manifest, self.name, None, version,
+                            **marker_listing(layout, manifest, staging, staging))
 
     def clean(self, layout: Layout, epoch: str, attempt: int, manifest: Manifest | None,
               current: dict[str, Any] | None) -> None:
@@ -418,66 +296,6 @@ def strategy_for(storage: Any, mode: str, table: Any = None,
         return CopyThenSwapMarker()
     raise UnsupportedStorage(f"{type(storage).__name__} can neither swap directories nor copy "
                              "server-side: use promotion='manifest'")
-
-
-def _swap_marker(layout: Layout, manifest: Manifest, mode: str, paths: list[str] | None,
-                 version: str | None, *, manifest_path: str | None = None) -> bool:
-    """Compare-and-swap the marker to this attempt, never backwards to a lower one."""
-    storage = layout.storage
-    data = json.dumps(marker_doc(manifest, mode, paths, manifest_path)).encode()
-    for _ in range(100):
-        if storage.put_if_version(layout.marker(manifest.epoch), data, version):
-            return True
-        raw, version = storage.read_versioned(layout.marker(manifest.epoch))
-        current = _decode_marker(layout, manifest.epoch, raw, files=False)
-        if current is not None and current["attempt"] >= manifest.attempt:
-            return _is_this(current, manifest.epoch, manifest.attempt, manifest.digest)
-    raise StorageError(f"could not update the published marker of epoch {manifest.epoch}: "
-                       "it keeps changing")  # pragma: no cover
-
-
-def _listing(layout: Layout, manifest: Manifest, staging: str,
-             folder: str) -> dict[str, Any]:
-    """How a marker gives its files when the manifest ends up in ``folder`` with the
-    staged files (a local exchange moves staging there; manifest mode leaves both in
-    staging): it names the manifest (version 2).  A manifest sealed apart from staging
-    (a ledger apart) does not travel with the files: the marker lists them (version 1)."""
-    storage = layout.storage
-    if layout.sealed(manifest.epoch, manifest.attempt) == staging:
-        return {"manifest_path": _rel_to_root(layout, storage.join(folder, MANIFEST_NAME))}
-    return {"paths": [_rel_to_root(layout, storage.join(folder, f.path))
-                      for f in manifest.files]}
-
-
-def marker_files(layout: Layout, epoch: str,
-                 current: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The files of a marker :func:`_decode_marker` read with or without them."""
-    if current is None:
-        return []
-    if "files" not in current:
-        where = layout.storage.uri(layout.marker(epoch))
-        named = _named_manifest(layout, epoch, layout.staging(epoch, current["attempt"]),
-                                current["manifest"])
-        current["files"] = _files_of(layout, current, named or "", where)
-    files: list[dict[str, Any]] = current["files"]
-    return files
-
-
-def _is_this(current: dict[str, Any], epoch: str, attempt: int, digest: str) -> bool:
-    """Whether the marker (at or above ``attempt``) publishes the manifest ``digest``.
-
-    False when a higher attempt is published.  The same attempt with another digest
-    means the attempt number was handed out twice (a lost ledger): refused.
-    """
-    if current["attempt"] != attempt:
-        return False
-    if current["manifest_digest"] != digest:
-        raise LedgerError(
-            f"epoch {epoch}: readers see attempt {attempt} with manifest "
-            f"{current['manifest_digest']}, but the decision of attempt {attempt} commits "
-            f"{digest}; the attempt number was reused after the ledger was lost or damaged. "
-            "Nothing was changed; begin a new attempt of the epoch.")
-    return True
 
 
 def _verify_staging(layout: Layout, manifest: Manifest, verify: str) -> None:
@@ -531,3 +349,8 @@ def staging_dirs(layout: Layout, epoch: str | None = None) -> dict[str, list[int
                 attempts.append(int(m.group(1)))
         out[epoch] = sorted(attempts)
     return out
+
+
+# Earlier names, kept for the table formats and tests that import them from here.
+_rel_to_root = rel_to_root
+_swap_marker = swap_marker
