@@ -3,8 +3,12 @@ then a fresh process recovers: a group of a local folder and an S3 folder (moto)
 
 The child pauses at the first time it reaches a named step (``AIRFLOW_TPC_PAUSE_AT``)
 and we SIGKILL it there — no exception handler, no ``finally`` — as a worker dies.
-Every distinct step one group commit of a re-run passes is killed once (the in-process
-test, tests/core/test_groups.py, crashes at every occurrence).
+A real kill is a process start each (seconds on a busy machine), so a commit is killed
+at one step of each kind of state a dead worker can leave (``KILLED_STEPS``); every
+occurrence of every step is crashed by the in-process tests: a group's steps by
+tests/core/test_groups.py, an S3 member's promotion steps by
+tests/core/test_crashpoints.py, and tests/core/test_process_kill.py SIGKILLs each
+promotion step of one sink, on local disk and on S3.
 """
 
 from __future__ import annotations
@@ -103,11 +107,23 @@ def _distinct_steps(mixed) -> list[str]:
     return list(dict.fromkeys(faults.seen()))
 
 
-def test_sigkill_at_each_step_of_a_group_commit_then_recover(mixed, tmp_path):
+#: One kill per kind of state: nothing decided; decided, no member switched; the S3
+#: member half-way through its switch (files copied, no marker); one member switched,
+#: the other not; every member switched, the group not yet published.
+KILLED_STEPS = ["group.before_decision", "group.after_decision", "promote.before_marker",
+                "group.after_member", "group.before_published"]
+
+
+def test_sigkill_at_each_kind_of_step_of_a_group_commit_then_recover(mixed, tmp_path):
     steps = _distinct_steps(mixed)
     assert {"group.before_decision", "group.after_decision", "group.after_member",
             "group.before_published", "promote.before_copy", "promote.before_swap"} <= set(steps)
-    for k, step in enumerate(steps, 1):
+    # Each killed step is one a group commit really passes, in the order it passes them;
+    # the S3 member (daily) switches first, so its promotion's marker comes before the
+    # first group.after_member.
+    assert [s for s in steps if s in KILLED_STEPS] == KILLED_STEPS, steps
+    assert steps.index("promote.before_marker") < steps.index("group.after_member"), steps
+    for k, step in enumerate(KILLED_STEPS, 1):
         members, group_uri = mixed(k)
         group = _group(members, group_uri)
         group.commit(_stage(group, OLD))

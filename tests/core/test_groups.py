@@ -99,8 +99,9 @@ def _steps(store) -> list[str]:
 
 
 def test_crash_at_every_step_of_a_group_commit_then_recover(request, tmp_path):
-    """Local disk; a member on S3 is SIGKILLed at each distinct step by
-    test_group_process_kill.py, and S3 promotion's own steps by test_crashpoints."""
+    """Local disk; S3 promotion's own steps are crashed by test_crashpoints, and a group
+    with a member on S3 is SIGKILLed at one step of each kind by
+    test_group_process_kill.py."""
     kind = "local"
     steps = _steps(make_store(kind, request, tmp_path / "probe"))
     assert "group.before_decision" in steps and steps.count("group.after_member") == 2
