@@ -21,6 +21,57 @@ logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's per-request ac
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
+#: Modules that take a minute or more, slowest first (per-module durations of a clean CI
+#: run, 2 workers, 2 cores): they start first, so the run ends on the many short
+#: modules and the two workers finish together.  xdist's own order for ``--dist
+#: loadfile`` (``--loadscope-reorder``, its default) is by number of tests, most
+#: first: the one-test modules that run real Airflow services for minutes came last,
+#: and one worker ran them while the other had nothing left.  Modules not listed keep
+#: their collection order, after these.  Re-rank when ``--durations`` says so.
+SLOW_MODULES = [
+    "tests/airflow/test_production_airflow.py",  # ~330 s: PostgreSQL + Celery services
+    "tests/airflow/test_pipeline.py",  # ~280 s: 7 DAG runs with spark-submits
+    "tests/airflow/test_backfill.py",  # ~280 s: scheduler + api-server, 3 Spark runs
+    "tests/airflow/test_kills.py",  # ~230 s: SIGKILL chains through dag.test
+    "tests/airflow/test_real_scheduler.py",  # ~195 s: airflow-local.sh services
+    "tests/soak/test_soak.py",
+    "tests/airflow/test_secrets.py",
+    "tests/bench/test_bench_smoke.py",
+    "tests/airflow/test_tables_airflow.py",
+    "tests/airflow/test_group_airflow.py",
+    "tests/airflow/test_aws_connection.py",
+    "tests/airflow/test_s3_and_cluster.py",
+    "tests/airflow/test_run_page_group.py",
+    "tests/airflow/test_run_page.py",
+    "tests/airflow/test_rest_catalog.py",
+    "tests/airflow/test_metrics.py",
+    "tests/tables/test_catalog_race.py",
+    "tests/faults/test_protocol_under_faults.py",
+    "tests/airflow/test_openlineage.py",
+    "tests/airflow/test_ui_admin_provider.py",
+    "tests/tables/test_clean_exit.py",
+    "tests/core/test_one_committer.py",
+    "tests/airflow/test_approval_gate.py",
+    "tests/airflow/test_csrf.py",
+    "tests/airflow/test_trigger.py",
+    "tests/core/test_group_process_kill.py",
+]
+
+
+def pytest_configure(config):
+    # Keep the order pytest_collection_modifyitems sets (see SLOW_MODULES); the option
+    # exists when pytest-xdist is loaded.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    """Slow modules first (SLOW_MODULES); a stable sort keeps each module's tests
+    together and in their order."""
+    rank = {module: n for n, module in enumerate(SLOW_MODULES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
 @pytest.fixture(scope="session")
 def moto_endpoint():
     """A real S3 endpoint: moto's server on 127.0.0.1, a free port, for the whole session."""
