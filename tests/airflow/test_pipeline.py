@@ -218,17 +218,18 @@ def test_sensor_marked_failed_aborts(dag, sink, target, asset_uri):
     assert queued_for("tpc_it_downstream") == 0
 
 
-@pytest.mark.parametrize(("crash_at", "epoch"), [("promote.after_swap", "2026-03-06"),
-                                                  ("commit_task.after_commit", "2026-03-07")])
+# A kill between the directory swap and the published record (promote.after_swap),
+# then clearing ``commit``, is test_kills.py's: a real SIGKILL there, on an epoch that
+# held older output, and every protocol step is killed by tests/core/test_process_kill.py.
+@pytest.mark.parametrize(("crash_at", "epoch"), [("commit_task.after_commit", "2026-03-07")])
 def test_commit_killed_then_rerun_converges_and_announces_once(dag, sink, target, airflow_db,
                                                                asset_uri, crash_at, epoch):
     """A real process kill (os._exit) inside the commit task, then the commit task rerun.
 
-    ``promote.after_swap``: between the directory swap and the published record; the
-    rerun rolls forward.  ``commit_task.after_commit``: the commit finished (published)
-    but the try died before Airflow recorded its success, so no Asset event was
-    recorded; the rerun is a no-op for the data and must still announce it, once.  A
-    further rerun after that success announces nothing.
+    ``commit_task.after_commit``: the commit finished (published) but the try died
+    before Airflow recorded its success, so no Asset event was recorded; the rerun is a
+    no-op for the data and must still announce it, once, and the announcement triggers
+    the downstream DAG.  A further rerun after that success announces nothing.
     """
     script = (
         "import sys; from airflow.dag_processing.dagbag import DagBag\n"
