@@ -1,0 +1,381 @@
+"""The documents of the benchmarks, written from their results JSON and nothing else.
+
+``docs/benchmarks.md`` (the Summary with every goal, then the transaction core and S3)
+from ``bench/results/{core,s3,spark}.json``, and ``docs/bench-spark.md`` from
+``spark.json``. Each benchmark calls :func:`publish` when it ends; run alone, this
+rewrites both documents from the saved results::
+
+    .venv/bin/python bench/report.py
+
+Every ratio divides two timings of the same run: the median over repetitions of the
+per-repetition ratio (*paired*; the variants are interleaved, order rotating). A ratio
+within 5 % of 1 is *parity*.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness import RESULTS, ROOT, SCHEMA, fmt_b, fmt_s, fmt_x, median, paired
+
+DOCS = ROOT / "docs"
+KINDS = ("core", "s3", "spark")
+SEQ, FLOOR = "copy, copy_workers=1", "copy, no added latency"
+MB = 1_000_000
+
+
+def load(kind: str) -> dict[str, Any] | None:
+    path = RESULTS / f"{kind}.json"
+    data = json.loads(path.read_text()) if path.exists() else None
+    return data if data and data.get("schema") == SCHEMA else None
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |",
+            "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|",
+            *("| " + " | ".join(r) + " |" for r in rows), ""]
+
+
+def verdict(ok: bool | None) -> str:
+    return "not measured" if ok is None else "**met**" if ok else "**not met**"
+
+
+def run_line(label: str, d: dict[str, Any]) -> str:
+    busy = " (busy: absolute times inflated, ratios the figures to read)" \
+        if max(d["load_start"], d["load_end"]) > d["cores"] else ""
+    return (f"- {label}: `{d['command'].strip()}` ({d['mode']} mode) on {d['date']}, "
+            f"{d['elapsed_s'] / 60:.0f} min, code {d['code']}; 1-minute load "
+            f"{d['load_start']:.1f} at start, {d['load_end']:.1f} at end on {d['cores']} "
+            f"cores{busy}.")
+
+
+# ------------------------------------------------------------------ figures
+def local_ratio(r: dict[str, Any], den: str, num: str = "tpc") -> float:
+    t = r["times"]
+    return paired(t[num], t[den]) if num in t and den in t else float("nan")
+
+
+def rss_mb(m: dict[str, Any], key: str) -> float:
+    return m["commit"][key] / MB
+
+
+def s3_case(s3: dict[str, Any] | None, backend: str, n: int | None = None
+            ) -> dict[str, Any] | None:
+    cases = [c for c in (s3 or {}).get("cases", []) if c["backend"] == backend
+             and (n is None or c["n"] == n)]
+    return cases[-1] if cases else None
+
+
+def commits(c: dict[str, Any], v: str) -> list[float]:
+    return [r["commit"] for r in c["runs"].get(v, [])]
+
+
+def reqs(runs: list[dict[str, Any]], key: str = "commit_requests") -> dict[str, int]:
+    """The requests of the repetition whose total is the median one."""
+    ordered = sorted((r[key] for r in runs), key=lambda d: sum(d.values()))
+    return ordered[len(ordered) // 2] if ordered else {}
+
+
+def req_total(d: dict[str, int]) -> str:
+    cat = sum(v for k, v in d.items() if k.startswith("catalog"))
+    s3 = sum(d.values()) - cat
+    return f"{s3:,} + {cat:,} catalog" if cat else f"{s3:,}"
+
+
+# ------------------------------------------------------------------ summary
+def goals(core: dict[str, Any] | None, s3: dict[str, Any] | None,
+          spark: dict[str, Any] | None) -> list[str]:
+    rows: list[list[str]] = []
+    local = (core or {}).get("local", [])
+    big = [r for r in local if r["n"] >= 10_000]
+    full = any(r["n"] >= 100_000 for r in big)
+    gap = "" if full else " (100k not run in this mode)"
+    if big:
+        fl = [(r["n"], local_ratio(r, "floor")) for r in big]
+        rows.append(["21. local commit vs its floor (one scandir + stat pass)",
+                     "≤ 1.5x at 10k and 100k files, default settings",
+                     "; ".join(f"{fmt_x(x)} at {n:,} (v1: {fmt_x(local_ratio(r, 'v1'))})"
+                               for (n, x), r in zip(fl, big, strict=True)) + gap,
+                     verdict(all(x <= 1.5 for _, x in fl) if full else None)])
+    mem = [m for m in (core or {}).get("memory", []) if "commit" in m]
+    if mem:
+        m = mem[-1]
+        rows.append(["21. memory of a 100k-file commit", "peak ≤ 100 MB",
+                     f"+{rss_mb(m, 'added'):.0f} MB resident at {m['n']:,} files (process "
+                     f"{rss_mb(m, 'rss_base'):.0f} MB before, {rss_mb(m, 'rss_peak'):.0f} MB "
+                     "peak)", verdict(rss_mb(m, "added") <= 100 if m["n"] >= 100_000
+                                      else None)])
+    hist = (core or {}).get("history", [])
+    if hist:
+        e = core["history_target"]["epochs"] if core else 0
+        vals = [(x["n"], paired(x["history"], x["fresh"])) for x in hist]
+        rows.append(["10/21. flat in history", "≤ 1.2x with 500 past epochs (keep ~1x)",
+                     ", ".join(f"{fmt_x(v)} at {n:,} files" for n, v in vals)
+                     + f" ({e} epochs)", verdict(all(v <= 1.2 for _, v in vals)
+                                                 if e >= 500 else None)])
+    if big and "v1" in big[0]["times"]:
+        vals = [(r["n"], local_ratio(r, "v1")) for r in big]
+        rows.append(["10. local commit vs Hadoop v1 `commitJob`", "≤ 0.05x at 10k and 100k",
+                     ", ".join(f"{fmt_x(v)} at {n:,}" for n, v in vals) + gap,
+                     verdict(all(v <= 0.05 for _, v in vals) if full else None)])
+    if mem:
+        d = max(m["decision_bytes"] for m in mem)
+        rows.append(["10. O(1) decision record", "< 4 KB at any file count",
+                     f"≤ {d:,} B ({mem[0]['n']:,}–{mem[-1]['n']:,} files)",
+                     verdict(0 <= d < 4000)])
+    for c in (spark or {}).get("cases", []):
+        st = c["summary"]["native-eo"]
+        rows.append([f"10. protocol vs plain Spark write, {c['rows']:,} rows × {c['files']} "
+                     "files", "≤ 3 %", f"{st['overhead_pct']:.1f} % (per rep "
+                     f"{st['overhead_pct_min']:.1f}–{st['overhead_pct_max']:.1f} %)",
+                     verdict(st["overhead_pct"] <= 3)])
+    for b in ("moto", "seaweedfs"):
+        c = s3_case(s3, b, 1_000) or s3_case(s3, b)
+        if c and SEQ in c["runs"]:
+            x = paired(commits(c, SEQ), commits(c, "copy"))
+            rows.append([f"10/21. S3 parallel vs sequential copies, {b}",
+                         "≥ 8x at 1k files behind 50-100 ms",
+                         f"{fmt_x(x)} at {c['n']:,} files",
+                         verdict(x >= 8 if c["n"] >= 1_000 and s3 and
+                                 s3["latency_ms"][1] >= 50 else None)])
+    for b, fmt, issue, n in (("moto", "iceberg", "11", 10_000), ("moto", "delta", "11", 10_000),
+                             ("seaweedfs", "iceberg", "18", 10_000)):
+        c = s3_case(s3, b, n) or s3_case(s3, b)
+        if c and fmt in c["runs"]:
+            x = paired(commits(c, fmt), commits(c, "copy"))
+            rows.append([f"{issue}. {fmt} table commit vs copy, {b}",
+                         f"≤ 0.1x at {n:,} files behind 50-100 ms",
+                         f"{fmt_x(x)} at {c['n']:,} files ({req_total(reqs(c['runs'][fmt]))} "
+                         "requests)", verdict(x <= 0.1 if c["n"] >= n else None)])
+    return ["### Goals", "", *table(["issue / goal", "target", "measured (paired medians)",
+                                     "verdict"], rows)]
+
+
+def summary(core: dict[str, Any] | None, s3: dict[str, Any] | None,
+            spark: dict[str, Any] | None) -> list[str]:
+    out = ["## Summary", "", "Runs (each ratio below divides two timings of one run):", ""]
+    for label, d in (("Core", core), ("S3", s3), ("Spark", spark)):
+        out.append(run_line(label, d) if d else f"- {label}: no results yet.")
+    out += ["", *goals(core, s3, spark)]
+    return out
+
+
+# ------------------------------------------------------------------ sections
+def core_sections(core: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    local = core.get("local", [])
+    if local:
+        tpc = [v for v in local[0]["times"] if v.startswith("tpc")]
+        out += ["## 1. Local commit vs its floor and vs Hadoop's FileOutputCommitter", "",
+                "One epoch of N small files (1-4 KiB) on the local disk; per repetition, "
+                "interleaved, order rotating: **floor** = one `os.scandir` + `DirEntry.stat` "
+                "pass over the staged files (the floor of any commit that checks each file); "
+                "**tpc** = `sink.commit(txn)` alone (begin, staging and precommit done "
+                "untimed), default settings" + (", and each other `verify` mode" if len(tpc) > 1
+                                                 else "") +
+                f"; **v1** = Hadoop {core.get('hadoop', '?')}'s real `FileOutputCommitter` "
+                "`commitJob` of algorithm 1 (Spark's default), from pyspark's jars through "
+                "py4j, on the same files (`commitTask` done untimed; its files have no `.crc` "
+                "side files, which favours v1); **v2** = `commitTask` + `commitJob` of "
+                "algorithm 2 (not atomic), for reference. Files are moved between runs with "
+                "one directory rename and flushed with `sync` before anything is timed. "
+                "Ratios: paired medians.", ""]
+        rows = []
+        for r in local:
+            t = r["times"]
+            row = [f"{r['n']:,}", str(r["reps"]), fmt_s(median(t["floor"])),
+                   fmt_s(median(t["tpc"])), fmt_x(local_ratio(r, "floor")),
+                   fmt_s(median(t.get("v1", []))), fmt_x(local_ratio(r, "v1")),
+                   fmt_s(median(t.get("v2", []))) if "v2" in t else "not run"]
+            row += [f"{fmt_s(median(t[v]))} ({fmt_x(local_ratio(r, 'floor', v))} floor)"
+                    for v in tpc[1:]]
+            rows.append(row)
+        out += table(["files", "reps", "floor", "tpc commit", "**tpc / floor**", "v1 commitJob",
+                      "**tpc / v1**", "v2", *tpc[1:]], rows)
+        rows = [[f"{r['n']:,}", *(f"{median(r['times'][v]) / r['n'] * 1e6:,.2f} µs "
+                                  f"({fmt_s(min(r['times'][v]))} – {fmt_s(max(r['times'][v]))})"
+                                  for v in ("floor", "tpc", "v1") if v in r["times"])]
+                for r in local]
+        out += ["Per file (median / files), and the spread of the repetitions:", "",
+                *table(["files", "floor", "tpc", "v1"][:len(rows[0])], rows)]
+    prof = core.get("profile") or {}
+    if prof.get("rows"):
+        out += [f"### Where a local commit spends its time ({prof['n']:,} files)", "",
+                "cProfile of one default `commit()`, top functions by own time (the "
+                "profiler inflates times: compare shares).", ""]
+        out += table(["function", "calls", "own", "cumulative"],
+                     [[f"`{f}`", f"{c:,}", fmt_s(o), fmt_s(cu)] for f, c, o, cu in prof["rows"]])
+    hist, ht = core.get("history", []), core.get("history_target", {})
+    if hist:
+        out += ["## 2. Flat in history", "",
+                f"A target with {ht['epochs']} committed epochs ({ht['files_per_epoch']} files "
+                f"each; {ht['aborted_after_precommit']} also with an attempt aborted after its "
+                f"precommit, {ht['aborted_before_precommit']} before it; built in "
+                f"{ht['build_s']} s) vs a fresh target: the same commit of a new epoch, "
+                "interleaved. A commit lists only its own epoch's ledger and the pending "
+                "index (docs/PROTOCOL.md §5.8).", ""]
+        out += table(["files", "reps", "fresh", "with history", "history / fresh"],
+                     [[f"{x['n']:,}", str(x["reps"]), fmt_s(median(x["fresh"])),
+                       fmt_s(median(x["history"])), fmt_x(paired(x["history"], x["fresh"]))]
+                      for x in hist])
+    mem = [m for m in core.get("memory", []) if "commit" in m]
+    if mem:
+        out += ["## 3. Memory and record sizes (local store, default settings)", "",
+                "**Commit memory**: the commit runs in a fresh child process (it imports "
+                "only `airflow_tpc` and loads the pre-committed transaction); *process "
+                "before* = its resident set (VmRSS) just before `commit()`, *peak* = the "
+                f"resident high-water mark after it; method: {mem[-1]['commit']['method']}. "
+                "The resident set, not tracemalloc, because the goal is the process's "
+                "memory: it includes C allocations (the manifest's decode, buffers) that "
+                "tracemalloc does not see. *precommit heap* = tracemalloc peak of "
+                "`precommit()` (Python allocations only). **XCom pointer** = "
+                "`len(json.dumps(pointer))` of what `PrecommitSensor._pointer` returns for "
+                "the pre-committed transaction, in a child that imports Airflow.", ""]
+        rows = []
+        for m in mem:
+            c, x = m["commit"], m.get("xcom", {})
+            rows.append([f"{m['n']:,}", fmt_b(m["staged_bytes"]), fmt_b(m["manifest_bytes"]),
+                         f"{m['decision_bytes']:,} B", f"{m['marker_bytes']:,} B",
+                         f"{x['json_bytes']:,} B" if "json_bytes" in x else
+                         f"n/a ({x.get('error', 'not measured')[:60]})",
+                         fmt_b(m["precommit_peak"]), f"{rss_mb(m, 'rss_base'):.0f} MB",
+                         f"**+{rss_mb(m, 'added'):.1f} MB**", f"{rss_mb(m, 'rss_peak'):.0f} MB",
+                         fmt_s(c["seconds"])])
+        out += table(["files", "staged", "manifest", "decision record", "published marker",
+                      "XCom pointer", "precommit heap", "process before commit",
+                      "commit adds", "peak", "commit (child)"], rows)
+    return out
+
+
+def s3_section(s3: dict[str, Any]) -> list[str]:
+    lo, hi = s3["latency_ms"]
+    out = ["## 4. S3 behind real-S3-like latency: moto and SeaweedFS", "",
+           "Two real S3 servers on 127.0.0.1, each a process of its own: moto's server (one "
+           "Python process, a few ms of CPU per request) and SeaweedFS (`weed mini`, started "
+           "as the tests start it, `tests/seaweed.py`: a Go server, also an Iceberg REST "
+           "catalog). The sink reaches them only through `tests/faults/proxy.py` (run by "
+           f"`bench/harness.py` in a process of its own), which delays every request by "
+           f"{lo:g}-{hi:g} ms (uniform) and counts requests per operation. One epoch of N "
+           "small Parquet files is staged straight into the server; `precommit` and "
+           "`commit` are timed alone, each target having committed one untimed epoch first "
+           "(steady state). **copy** = folder target, copy promotion, default "
+           f"`copy_workers={s3['default_workers']}` (the baseline); **{SEQ}** = the same "
+           f"copies one at a time; **{FLOOR}** = *copy* through a proxy adding nothing (what "
+           "the server allows here); **manifest** = `promotion=\"manifest\"`; **iceberg** = "
+           "an Iceberg table (moto: SQL catalog on SQLite, warehouse on the same S3; "
+           "SeaweedFS: its REST catalog, a table bucket, the ledger apart, every catalog "
+           "request behind the same latency and counted as *catalog*); **delta** = a Delta "
+           "table. *Requests* are the commit's alone; *commit / copy* is paired.", ""]
+    for c in s3["cases"]:
+        base = commits(c, "copy")
+        rows = [[v, fmt_s(median(r["precommit"] for r in runs)),
+                 req_total(reqs(runs, "precommit_requests")), fmt_s(median(commits(c, v))),
+                 fmt_x(paired(commits(c, v), base)) if v != "copy" else "1 (baseline)",
+                 req_total(reqs(runs)), ", ".join(f"{k} {n:,}" for k, n in sorted(
+                     reqs(runs).items(), key=lambda kv: -kv[1]))]
+                for v, runs in c["runs"].items()]
+        out += [f"**{c['backend']}, {c['n']:,} files** ({c['reps']} reps, load "
+                f"{c['load']:.1f} at the end):", "",
+                *table(["variant", "precommit", "requests", "commit", "commit / copy",
+                        "requests per commit", "by operation"], rows)]
+        if SEQ in c["runs"]:
+            x = paired(commits(c, SEQ), base)
+            ideal = min(s3["default_workers"], c["n"])
+            out += [f"Parallel vs sequential copies on {c['backend']}: **{fmt_x(x)}** "
+                    f"(sequential / parallel, paired); the ideal is ~{ideal}x "
+                    f"(`copy_workers={s3['default_workers']}`). Parallel copies with no added "
+                    f"latency took {fmt_s(median(commits(c, FLOOR)))}: where that is close "
+                    "to the parallel commit behind latency, the server and this machine's "
+                    "CPU (the proxy, the client's threads), not the latency, bound it.", ""]
+    return out
+
+
+def benchmarks_md(core: dict[str, Any] | None, s3: dict[str, Any] | None,
+                  spark: dict[str, Any] | None) -> str:
+    out = ["# Benchmarks", "",
+           "Generated by `scripts/bench.sh` from `bench/results/*.json` (`bench/report.py`); "
+           "do not edit by hand. The Spark end-to-end benchmark is in "
+           "[bench-spark.md](bench-spark.md); how to run and read: `bench/README.md`.", "",
+           *summary(core, s3, spark), ""]
+    out += core_sections(core) if core else []
+    out += s3_section(s3) if s3 else []
+    return "\n".join(out).rstrip() + "\n"
+
+
+def spark_md(d: dict[str, Any]) -> str:
+    out = ["# Spark write benchmark: the cost of exactly-once", "",
+           "Generated from `bench/results/spark.json` (`bench/report.py`; do not edit by "
+           "hand).", "", run_line("Run", d), f"- {d['versions']}; master `{d['master']}`; "
+           "local disk.", "",
+           f"Median of {d['reps']} interleaved repetitions after one warm-up of each variant. "
+           "*Protocol overhead* = begin + pre-commit + commit, timed directly around the "
+           "Spark write; *job-side* = `txn.precommit()` alone (under Airflow, all the Spark "
+           "job pays); both in % of the plain write's median. *Paired* = median over "
+           "repetitions of (variant / the plain write of the same repetition); *per rep* = "
+           "the protocol overhead of each repetition in % of that repetition's plain write "
+           "(min–max: where it straddles a target, the machine's noise cannot resolve it). "
+           "Variants: **plain** `df.write.parquet(final)`; **native-eo** begin, native "
+           "write into staging, `txn.precommit()`, `sink.commit()` (verify=\""
+           f"{d.get('verify_default', '?')}\"); **native-eo-size** the same with "
+           "`verify=\"size\"`; **tpc-source** the `tpc` data source (checksums while "
+           "writing). *files*: the DataFrame has that many partitions, no shuffle.", ""]
+    rows, phases = [], []
+    for c in d["cases"]:
+        for v, st in c["summary"].items():
+            head = [f"{c['rows']:,}", str(c["files"]), v]
+            if v == "plain":
+                rows.append([*head, f"{st['median']:.2f} s", "1 (baseline)", "—", "—", "—"])
+            else:
+                rows.append([*head, f"{st['median']:.2f} s", fmt_x(st["paired"]),
+                             f"{st['overhead']:.3f} s = {st['overhead_pct']:.1f} %",
+                             f"{st['overhead_pct_min']:.1f}–{st['overhead_pct_max']:.1f} %",
+                             f"{st['precommit']:.3f} s = {st['precommit_pct']:.1f} %"])
+            runs = c["times"][v]
+            phases.append([*head, *(f"{median(p[k] for p in runs):.3f}" if k in runs[0]
+                                    else "—" for k in ("begin", "write", "precommit",
+                                                       "commit"))])
+    out += table(["rows", "files", "variant", "median", "paired ratio", "protocol overhead",
+                  "per rep", "job-side"], rows)
+    out += ["Median seconds of each phase (*write* is Spark's):", "",
+            *table(["rows", "files", "variant", "begin", "write", "pre-commit", "commit"],
+                   phases), "Conditions:", ""]
+    for c in d["cases"]:
+        plain = [sum(p.values()) for p in c["times"]["plain"]]
+        out.append(f"- {c['rows']:,} rows × {c['files']} files: {c['bytes'] / 1e6:.0f} MB of "
+                   f"Parquet per write; files written {c['written']}; load "
+                   f"{c['load'][0]:.1f} → {c['load'][1]:.1f}; identical plain writes "
+                   f"{min(plain):.2f}–{max(plain):.2f} s ({c['plain_spread']:.1f}x spread).")
+    return "\n".join(out) + "\n"
+
+
+def publish(kind: str, data: dict[str, Any], output: str | None) -> None:
+    """Write the document ``kind``'s results appear in; ``output`` '-' prints it, a path
+    writes it there (the other results are read from bench/results, never written)."""
+    results = {k: load(k) for k in KINDS}
+    results[kind] = data
+    doc = spark_md(data) if kind == "spark" else benchmarks_md(
+        results["core"], results["s3"], results["spark"])
+    if output == "-":
+        print(doc)
+        return
+    path = Path(output) if output else DOCS / ("bench-spark.md" if kind == "spark"
+                                               else "benchmarks.md")
+    path.write_text(doc)
+    print(f"wrote {path}", file=sys.stderr)
+    if kind == "spark" and output is None:  # its figures are in the summary too
+        (DOCS / "benchmarks.md").write_text(benchmarks_md(results["core"], results["s3"], data))
+
+
+def main() -> int:
+    r = {k: load(k) for k in KINDS}
+    (DOCS / "benchmarks.md").write_text(benchmarks_md(r["core"], r["s3"], r["spark"]))
+    if r["spark"]:
+        (DOCS / "bench-spark.md").write_text(spark_md(r["spark"]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
