@@ -92,16 +92,23 @@ def _type_schema(hint: Any) -> dict[str, Any]:
 
 def record_properties(cls: type, *, only: tuple[str, ...] | None = None
                       ) -> tuple[dict[str, Any], list[str]]:
-    """Properties and required names from a dataclass's fields (required: no default)."""
+    """Properties and required names from a dataclass's or a named tuple's fields
+    (required: no default)."""
     hints = typing.get_type_hints(cls)
+    if dataclasses.is_dataclass(cls):
+        fields = [(f.name, f.default is dataclasses.MISSING
+                   and f.default_factory is dataclasses.MISSING)
+                  for f in dataclasses.fields(cls)]
+    else:  # a NamedTuple
+        fields = [(name, name not in cls._field_defaults) for name in cls._fields]  # type: ignore[attr-defined]
     props: dict[str, Any] = {}
     required: list[str] = []
-    for f in dataclasses.fields(cls):
-        if only is not None and f.name not in only:
+    for name, needed in fields:
+        if only is not None and name not in only:
             continue
-        props[f.name] = _type_schema(hints[f.name])
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            required.append(f.name)
+        props[name] = _type_schema(hints[name])
+        if needed:
+            required.append(name)
     return props, required
 
 

@@ -72,3 +72,17 @@ def test_precommit_takes_the_job_sides_listing(tmp_path):
     assert {f.path: f.size for f in manifest.files} == {"a.parquet": 3, "p=1/b.parquet": 2}
     assert manifest.files[0].checksum == "md5:47bce5c74f589f4867dbd57e9ca9f808"
     sink.commit(txn, expected_digest=manifest.digest)  # the commit verifies it all the same
+
+
+def test_the_streamed_fingerprints_digest_is_the_sealed_documents():
+    """A commit checks staging's status against the sealed fingerprints by digest, hashed
+    in pieces; it must be the digest of the document pre-commit seals, byte for byte,
+    whatever the names (non-ASCII, quotes, more than one piece)."""
+    from airflow_tpc.staging import digest_bytes, fingerprints_digest, fingerprints_doc
+    from airflow_tpc.storage import ObjectInfo
+
+    for count in (1, 4096, 9001):
+        staged = {f"d=é{i % 7}/\"p\\{i}\u2603.parquet": ObjectInfo(
+            f"/s/{i}", i, None, False, 1, f"1:{i}:{i}:9:9") for i in range(count)}
+        assert fingerprints_digest(staged) == digest_bytes(fingerprints_doc(staged))
+    assert fingerprints_digest({}) is None and fingerprints_doc({}) is None
