@@ -115,13 +115,26 @@ class Seaweed:
 
 def start(workdir: Path) -> Seaweed:
     """Start ``weed mini`` in ``workdir`` on free ports; returns once S3 and the catalog
-    answer (or raises with the server's log)."""
+    answer (or raises with the server's log).  A port found free can be taken by another
+    process (a second test worker, a benchmark) before weed binds it: then weed is
+    started again on other ports."""
+    for tries_left in reversed(range(4)):
+        try:
+            return _start(workdir)
+        except RuntimeError as exc:
+            if "address already in use" not in str(exc) or not tries_left:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _start(workdir: Path) -> Seaweed:
     ports = {name: _free_port_pair() for name in
              ("master.port", "volume.port", "filer.port", "s3.port", "s3.port.iceberg",
               "webdav.port", "admin.port")}
-    data = workdir / "data"
+    run = uuid.uuid4().hex[:6]  # a fresh folder and log for each start
+    data = workdir / f"data-{run}"
     data.mkdir(parents=True, exist_ok=True)
-    log = workdir / "weed.log"
+    log = workdir / f"weed-{run}.log"
     env = {**os.environ, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET}
     cmd = [weed_binary(), "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
            f"-bucket={LAKE}", "-master.telemetry=false",
