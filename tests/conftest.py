@@ -30,10 +30,10 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 #: their collection order, after these.  Re-rank when ``--durations`` says so.
 SLOW_MODULES = [
     "tests/airflow/test_production_airflow.py",  # ~330 s: PostgreSQL + Celery services
-    "tests/airflow/test_pipeline.py",  # ~280 s: 7 DAG runs with spark-submits
-    "tests/airflow/test_backfill.py",  # ~280 s: scheduler + api-server, 3 Spark runs
-    "tests/airflow/test_kills.py",  # ~230 s: SIGKILL chains through dag.test
+    "tests/airflow/test_pipeline.py",  # ~230 s: 6 DAG runs with spark-submits
+    "tests/airflow/test_kills.py",  # ~200 s: SIGKILL chains through dag.test
     "tests/airflow/test_real_scheduler.py",  # ~195 s: airflow-local.sh services
+    "tests/airflow/test_backfill.py",  # ~180 s: scheduler + api-server, 2 Spark runs
     "tests/soak/test_soak.py",
     "tests/airflow/test_secrets.py",
     "tests/bench/test_bench_smoke.py",
