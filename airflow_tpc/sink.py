@@ -5,6 +5,17 @@ point is one put-if-absent ``decision.json`` per (epoch, attempt); everything
 after it (promotion, clean-up) is idempotent and is finished by whoever comes
 next — a retried commit, the commit of a later epoch, or :meth:`Sink.recover`.
 No Airflow import: operators, the CLI and Spark jobs all drive this class.
+
+This module is the protocol driver: the order of steps of each verb (begin →
+pre-commit → decide → switch → finish; abort) and the hooks a table sink or a
+group overrides or calls.  The rest stands in one module each, under it:
+
+- :mod:`airflow_tpc.sink_claim` — the target's namespace claim and layout;
+- :mod:`airflow_tpc.sink_finish` — after the decision: finishing an epoch, rolling
+  forward, the abort decision;
+- :mod:`airflow_tpc.sink_maintenance` — ``recover`` and ``gc``;
+- :mod:`airflow_tpc.sink_queries` — the read-only queries (``poll``, ``describe``,
+  ``committed_files``, ...).
 """
 
 from __future__ import annotations
@@ -30,27 +41,12 @@ from .errors import (
     TransactionExpired,
 )
 from .faults import crashpoint
-from .ledger import (
-    AttemptRecords,
-    check_attempt,
-    check_epoch,
-    epoch_sort_key,
-)
+from .ledger import AttemptRecords, check_epoch
 from .manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, FileEntry, Manifest, ManifestSummary
 from .placement import check_name
-from .records import (
-    BEGIN,
-    DECISION,
-    PUBLISHED,
-    SUPERSEDED,
-    AbortDecision,
-    Begin,
-    CommitDecision,
-    Decision,
-    Totals,
-    derive_state,
-)
+from .records import BEGIN, DECISION, Begin, CommitDecision, Decision, derive_state
 from .sink_maintenance import Progress, SinkMaintenance
+from .sink_queries import SinkQueries
 from .staging import (
     FINGERPRINTS_NAME,
     TABLE_STATS_NAME,
@@ -62,21 +58,14 @@ from .staging import (
     verify_against_storage,
 )
 from .storage import ObjectInfo
-from .transaction import (
-    AttemptStatus,
-    CommitResult,
-    Transaction,
-    TxnInfo,
-    TxnState,
-)
+from .transaction import CommitResult, Transaction
 
-#: ``progress(epoch, k, n)``: a long verb reached the k-th of its n epochs.
 __all__ = ["Progress", "Sink"]
 
 log = logging.getLogger("airflow_tpc")
 
 
-class Sink(SinkMaintenance):
+class Sink(SinkMaintenance, SinkQueries):
     """One target written transactionally by one pipeline (its namespace).
 
     >>> sink = Sink("file:///data/daily_events", namespace="events_pipeline")
@@ -84,6 +73,12 @@ class Sink(SinkMaintenance):
     >>> # ... the Spark job writes into txn.staging_uri ...
     >>> manifest = sink.precommit(txn)           # seal: the manifest is written last
     >>> sink.commit(txn, expected_digest=manifest.digest)   # decide, then promote
+
+    The verbs of one transaction are here, in the protocol's order; ``recover`` and
+    ``gc`` come from :class:`~airflow_tpc.sink_maintenance.SinkMaintenance`, the
+    queries from :class:`~airflow_tpc.sink_queries.SinkQueries`, and both stand on
+    the finishing steps and the claim below them.  A table sink overrides the hooks
+    (``_prepare_begin``, ``_table_stats_doc``, ``_check_before_decision``, ...).
     """
 
     def __repr__(self) -> str:
@@ -143,51 +138,6 @@ class Sink(SinkMaintenance):
         staged = _promote.staging_dirs(self.layout, epoch).get(epoch, [])
         marker = _promote.read_marker(self.layout, epoch)
         return max(seen, max(staged, default=0), marker["attempt"] if marker else 0)
-
-    def transaction(self, epoch: str, attempt: int | str) -> Transaction:
-        """Load a transaction from its begin record."""
-        check_epoch(epoch)
-        attempt = check_attempt(attempt)
-        begin = self.ledger.read(epoch, attempt, BEGIN)
-        if not isinstance(begin, Begin):
-            raise InvalidState(f"{self.target}: no transaction for epoch {epoch} attempt {attempt}")
-        txn = begin.transaction()
-        if txn.namespace != self.namespace and not self.config.allow_foreign_namespace:
-            raise NamespaceConflict(f"{txn.txn_id} belongs to namespace {txn.namespace!r}, "
-                                    f"not {self.namespace!r}")
-        return txn
-
-    def latest_transaction(self, epoch: str) -> Transaction | None:
-        attempts = self.ledger.scan(check_epoch(epoch)).get(epoch, {})
-        return self.transaction(epoch, max(attempts)) if attempts else None
-
-    def _check_own(self, txn: Transaction) -> Begin:
-        """The transaction's begin record, if ``txn`` is this sink's and matches it."""
-        if txn.target.rstrip("/") != self.target.rstrip("/"):
-            raise TpcError(f"{txn.txn_id} is for target {txn.target}, not {self.target}")
-        if txn.namespace != self.namespace and not self.config.allow_foreign_namespace:
-            raise NamespaceConflict(f"{txn.txn_id} belongs to namespace {txn.namespace!r}, "
-                                    f"not {self.namespace!r}")
-        check_epoch(txn.epoch)
-        begin = self.ledger.read(txn.epoch, txn.attempt, BEGIN)
-        if not isinstance(begin, Begin) or begin.transaction() != txn:
-            raise InvalidState(f"{txn.txn_id} does not match its begin record in the ledger "
-                               f"of {self.target} (stale or forged transaction)")
-        return begin
-
-    def _fence(self, txn: Transaction, attempts: dict[int, AttemptRecords], verb: str) -> None:
-        higher = max(attempts, default=0)
-        if higher > txn.attempt:
-            raise FencedError(f"{verb} refused for {txn.txn_id}: attempt {higher} of epoch "
-                              f"{txn.epoch} has begun since (this attempt is a zombie and its "
-                              "output will never be published)")
-
-    def _warn_age(self, txn: Transaction, now: float | None = None) -> None:
-        age = txn.age(now)
-        if age > self.config.warn_fraction * txn.timeout_s and age <= txn.timeout_s:
-            log.warning("%s is %.0f s old, %.0f%% of its %.0f s transaction timeout: commit it "
-                        "soon or it expires", txn.txn_id, age, 100 * age / txn.timeout_s,
-                        txn.timeout_s)
 
     # -------------------------------------------------------------- precommit
     def precommit(self, txn: Transaction, *, rows: dict[str, int] | None = None,
@@ -258,50 +208,6 @@ class Sink(SinkMaintenance):
         """A table target's per-file statistics, sealed beside the manifest (its sha256 in
         the manifest) so the table commit need not read every footer again.  None here."""
         return None
-
-    def manifest_uri(self, txn: Transaction) -> str:
-        return self.storage.uri(self.storage.join(self.layout.sealed(txn.epoch, txn.attempt),
-                                                  MANIFEST_NAME))
-
-    def read_manifest(self, txn: Transaction) -> Manifest | None:
-        """The attempt's pre-commit manifest, validated; None if not pre-committed yet."""
-        seal = self.layout.sealed(txn.epoch, txn.attempt)
-        data = self.storage.read_bytes(self.storage.join(seal, MANIFEST_NAME))
-        if data is None:
-            return None
-        manifest = Manifest.parse(data, where=f"manifest of {txn.txn_id}")
-        manifest.check_transaction(namespace=txn.namespace, target=txn.target, epoch=txn.epoch,
-                                   attempt=txn.attempt, staging=txn.staging_uri)
-        return manifest
-
-    def sealed(self, txn: Transaction) -> Manifest | ManifestSummary | None:
-        """What the attempt sealed: its manifest while it is staged, else what its commit
-        decision records of it (digest and totals); None if it was never pre-committed."""
-        manifest = self.read_manifest(txn)
-        if manifest is not None:
-            return manifest
-        decision = self.ledger.read(txn.epoch, txn.attempt, DECISION)
-        return ManifestSummary.of(decision) if isinstance(decision, CommitDecision) else None
-
-    def poll(self, txn: Transaction) -> AttemptStatus:
-        """The cheap question a waiting sensor asks on every poke: one listing of the
-        epoch's ledger, the attempt's decision if it has one, else its manifest.
-        (:meth:`describe` lists and reads every attempt's staging and records.)"""
-        attempts = self.ledger.scan(txn.epoch).get(txn.epoch, {})
-        rec = attempts.get(txn.attempt, AttemptRecords())
-        decision = self._decision(txn.epoch, txn.attempt, rec)
-        manifest = self.read_manifest(txn) if decision is None else None
-        return AttemptStatus(
-            state=derive_state(rec.kinds, decision, sealed=manifest is not None),
-            highest_attempt=max(attempts, default=txn.attempt),
-            reason=decision.reason if isinstance(decision, AbortDecision) else None,
-            manifest=manifest)
-
-    def is_published(self, txn: Transaction) -> bool:
-        """Whether the attempt's promotion finished (``published.json``): one listing of
-        the epoch's ledger.  The commit task asks it to know if an Asset event is owed."""
-        rec = self.ledger.scan(txn.epoch).get(txn.epoch, {}).get(txn.attempt)
-        return rec is not None and PUBLISHED in rec.kinds
 
     # ----------------------------------------------------------------- commit
     def commit(self, txn: Transaction, *, expected_digest: str | None = None,
@@ -398,6 +304,12 @@ class Sink(SinkMaintenance):
             verify=self.config.verify, forced=bool(force and txn.expired()),
             scope=self._decision_scope())
 
+    def _check_before_decision(self, txn: Transaction, manifest: Manifest) -> None:
+        """The target's own check of a sealed attempt, just before its commit is decided
+        (a table checks the sealed files against the table as it is now).  A folder
+        has none: staging is verified against the manifest next, for every target."""
+
+    # ---------------------------------------------------- a group's member
     def _commit_member(self, epoch: str, attempt: int, doc: dict[str, Any],
                        known: Manifest | None = None) -> int | None:
         """Carry out a group's commit decision on this member target: write the member's
@@ -443,11 +355,6 @@ class Sink(SinkMaintenance):
         """Drop what one commit kept between its check and its switch (tables: the
         loaded table); a group calls it after committing its members."""
 
-    def _check_before_decision(self, txn: Transaction, manifest: Manifest) -> None:
-        """The target's own check of a sealed attempt, just before its commit is decided
-        (a table checks the sealed files against the table as it is now).  A folder
-        has none: staging is verified against the manifest next, for every target."""
-
     # ------------------------------------------------------------------ abort
     def abort(self, txn: Transaction, reason: str = "aborted") -> bool:
         """Throw the attempt away: record ABORTED, remove its staging.  Idempotent: True
@@ -457,97 +364,35 @@ class Sink(SinkMaintenance):
         self._check_own(txn)
         return self._abort(txn.epoch, txn.attempt, reason)
 
-    # ------------------------------------------------------------- inspection
-    def describe(self, epoch: str | None = None, *, now: float | None = None) -> list[TxnInfo]:
-        """Every transaction of the target (or of one epoch), oldest epoch first."""
-        now = time.time() if now is None else now
-        scan = self.ledger.scan(check_epoch(epoch) if epoch is not None else None)
-        out = []
-        for ep in sorted(scan, key=epoch_sort_key):
-            attempts = scan[ep]
-            won = self._winner(ep, attempts)
-            for attempt in sorted(attempts):
-                out.append(self._info(ep, attempt, attempts[attempt], won, now))
-        return out
+    # ---------------------------------------------------- checks of every verb
+    def _check_own(self, txn: Transaction) -> Begin:
+        """The transaction's begin record, if ``txn`` is this sink's and matches it."""
+        if txn.target.rstrip("/") != self.target.rstrip("/"):
+            raise TpcError(f"{txn.txn_id} is for target {txn.target}, not {self.target}")
+        if txn.namespace != self.namespace and not self.config.allow_foreign_namespace:
+            raise NamespaceConflict(f"{txn.txn_id} belongs to namespace {txn.namespace!r}, "
+                                    f"not {self.namespace!r}")
+        check_epoch(txn.epoch)
+        begin = self.ledger.read(txn.epoch, txn.attempt, BEGIN)
+        if not isinstance(begin, Begin) or begin.transaction() != txn:
+            raise InvalidState(f"{txn.txn_id} does not match its begin record in the ledger "
+                               f"of {self.target} (stale or forged transaction)")
+        return begin
 
-    def _info(self, epoch: str, attempt: int, rec: AttemptRecords,
-              won: tuple[int, CommitDecision] | None, now: float) -> TxnInfo:
-        begin = self.ledger.get(epoch, attempt, rec, BEGIN)
-        decision = self._decision(epoch, attempt, rec)
-        staging = self.layout.staging(epoch, attempt)
-        staged = self.storage.list(staging)
-        raw = None
-        if decision is None:
-            raw = self.storage.read_bytes(self.storage.join(self.layout.sealed(epoch, attempt),
-                                                            MANIFEST_NAME))
-        state = derive_state(rec.kinds, decision, sealed=raw is not None)
-        totals: Totals | None = None
-        if isinstance(decision, CommitDecision):
-            totals = decision.totals
-        elif raw is not None:
-            try:
-                m = Manifest.parse(raw)
-                totals = Totals(m.total_files, m.total_bytes, m.total_rows)
-            except ManifestError:
-                totals = None
-        started = begin.started_at if isinstance(begin, Begin) else None
-        abort = decision if isinstance(decision, AbortDecision) else None
-        return TxnInfo(
-            epoch=epoch, attempt=attempt, txn_id=self._recorded_txn_id(epoch, attempt, begin,
-                                                                       decision),
-            state=state, published=PUBLISHED in rec.kinds,
-            superseded=state is TxnState.COMMITTED and (
-                SUPERSEDED in rec.kinds or (won is not None and won[0] > attempt)),
-            files=totals.files if totals else None, bytes=totals.bytes if totals else None,
-            rows=totals.rows if totals else None,
-            started_at=started, age_s=(now - started) if started is not None else None,
-            decided_at=decision.decided_at if decision is not None else None,
-            reason=abort.reason if abort else None,
-            staging_uri=self.storage.uri(staging), staging_files=len(staged),
-            staging_bytes=sum(o.size for o in staged),
-            owner=begin.owner if isinstance(begin, Begin) else None)
+    def _fence(self, txn: Transaction, attempts: dict[int, AttemptRecords], verb: str) -> None:
+        higher = max(attempts, default=0)
+        if higher > txn.attempt:
+            raise FencedError(f"{verb} refused for {txn.txn_id}: attempt {higher} of epoch "
+                              f"{txn.epoch} has begun since (this attempt is a zombie and its "
+                              "output will never be published)")
 
-    def _recorded_txn_id(self, epoch: str, attempt: int, begin: Any, decision: Any) -> str:
-        """The id the ledger gave the attempt (its begin or commit record names the
-        namespace), not one made up from this sink's namespace: inspecting a target
-        under a wrong namespace must not invent transactions nobody began."""
-        for rec in (begin, decision):
-            namespace = getattr(rec, "namespace", None)
-            if isinstance(namespace, str) and namespace:
-                return f"{namespace}/{epoch}/{attempt}"
-        return f"{self.namespace}/{epoch}/{attempt}"
-
-    def table_version(self, epoch: str, digest: str) -> dict[str, str] | None:
-        """The table-format commit that carries a manifest (``digest``) of ``epoch``:
-        ``{"table", "format", "snapshot_id" | "version"}``, or None.  A folder target
-        has no table version (None); table sinks override this so Asset events and
-        lineage can name the snapshot/version an epoch's commit became."""
-        return None
-
-    def committed_files(self, epochs: Any = None) -> dict[str, list[str]]:
-        """Read-committed view: epoch -> URIs of the files of its published attempt."""
-        wanted = None if epochs is None else {str(e) for e in epochs}
-        out: dict[str, list[str]] = {}
-        for name in self.storage.list_dirs(self.layout.root):
-            if not name.startswith("epoch="):
-                continue
-            epoch = name[len("epoch="):]
-            if wanted is not None and epoch not in wanted:
-                continue
-            marker = _promote.read_marker(self.layout, epoch)
-            if marker is None:
-                continue
-            out[epoch] = [p if "://" in p else self.storage.uri(self.storage.join(
-                self.layout.root, p)) for p in (f["path"] for f in marker["files"])]
-        return dict(sorted(out.items(), key=lambda kv: epoch_sort_key(kv[0])))
-
-    def output_uri(self, epoch: str) -> str:
-        """Where epoch ``epoch`` is published (and where non-transactional modes write)."""
-        return self.storage.uri(self.layout.published_dir(check_epoch(epoch)))
-
+    def _warn_age(self, txn: Transaction, now: float | None = None) -> None:
+        age = txn.age(now)
+        if age > self.config.warn_fraction * txn.timeout_s and age <= txn.timeout_s:
+            log.warning("%s is %.0f s old, %.0f%% of its %.0f s transaction timeout: commit it "
+                        "soon or it expires", txn.txn_id, age, 100 * age / txn.timeout_s,
+                        txn.timeout_s)
 
 
 def _state_of_decision(decision: Decision) -> str:
     return str(derive_state({DECISION}, decision, sealed=True))
-
-
