@@ -5,18 +5,26 @@ point is one put-if-absent ``decision.json`` per (epoch, attempt); everything
 after it (promotion, clean-up) is idempotent and is finished by whoever comes
 next — a retried commit, the commit of a later epoch, or :meth:`Sink.recover`.
 No Airflow import: operators, the CLI and Spark jobs all drive this class.
+
+This module is the protocol driver: the order of steps of each verb (begin →
+pre-commit → decide → switch → finish; abort) and the hooks a table sink or a
+group overrides or calls.  The rest stands in one module each, under it:
+
+- :mod:`airflow_tpc.sink_claim` — the target's namespace claim and layout;
+- :mod:`airflow_tpc.sink_finish` — after the decision: finishing an epoch, rolling
+  forward, the abort decision;
+- :mod:`airflow_tpc.sink_maintenance` — ``recover`` and ``gc``;
+- :mod:`airflow_tpc.sink_queries` — the read-only queries (``poll``, ``describe``,
+  ``committed_files``, ...).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from . import promote as _promote
@@ -33,37 +41,12 @@ from .errors import (
     TransactionExpired,
 )
 from .faults import crashpoint
-from .ledger import (
-    TPC_DIR,
-    AttemptRecords,
-    Layout,
-    Ledger,
-    check_attempt,
-    check_epoch,
-    claim_path,
-    epoch_sort_key,
-    legacy_staging_root,
-    staging_root_problem,
-)
+from .ledger import AttemptRecords, check_epoch
 from .manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, FileEntry, Manifest, ManifestSummary
-from .placement import check_claims_around, check_name
-from .records import (
-    ABANDONED,
-    BEGIN,
-    CLOSED,
-    DECISION,
-    DISPLACED_DONE_KINDS,
-    FINISHED_KINDS,
-    PUBLISHED,
-    SUPERSEDED,
-    AbortDecision,
-    Begin,
-    CommitDecision,
-    Decision,
-    Totals,
-    derive_state,
-    needs_finishing,
-)
+from .placement import check_name
+from .records import BEGIN, DECISION, Begin, CommitDecision, Decision, derive_state
+from .sink_maintenance import Progress, SinkMaintenance
+from .sink_queries import SinkQueries
 from .staging import (
     FINGERPRINTS_NAME,
     TABLE_STATS_NAME,
@@ -74,26 +57,15 @@ from .staging import (
     on_threads,
     verify_against_storage,
 )
-from .storage import ObjectInfo, Storage, open_storage
-from .transaction import (
-    AttemptStatus,
-    CommitResult,
-    RecoveryReport,
-    SinkConfig,
-    Transaction,
-    TxnInfo,
-    TxnState,
-)
+from .storage import ObjectInfo
+from .transaction import CommitResult, Transaction
 
-#: ``progress(epoch, k, n)``: a long verb reached the k-th of its n epochs.
-Progress = Callable[[str, int, int], None]
+__all__ = ["Progress", "Sink"]
 
 log = logging.getLogger("airflow_tpc")
 
-_NAMESPACE_MAX = 200
 
-
-class Sink:
+class Sink(SinkMaintenance, SinkQueries):
     """One target written transactionally by one pipeline (its namespace).
 
     >>> sink = Sink("file:///data/daily_events", namespace="events_pipeline")
@@ -101,140 +73,13 @@ class Sink:
     >>> # ... the Spark job writes into txn.staging_uri ...
     >>> manifest = sink.precommit(txn)           # seal: the manifest is written last
     >>> sink.commit(txn, expected_digest=manifest.digest)   # decide, then promote
+
+    The verbs of one transaction are here, in the protocol's order; ``recover`` and
+    ``gc`` come from :class:`~airflow_tpc.sink_maintenance.SinkMaintenance`, the
+    queries from :class:`~airflow_tpc.sink_queries.SinkQueries`, and both stand on
+    the finishing steps and the claim below them.  A table sink overrides the hooks
+    (``_prepare_begin``, ``_table_stats_doc``, ``_check_before_decision``, ...).
     """
-
-    def __init__(self, target: str, namespace: str, *,
-                 storage_options: dict[str, Any] | None = None,
-                 config: SinkConfig | None = None,
-                 storage: Storage | None = None) -> None:
-        if not isinstance(namespace, str) or not namespace.strip() \
-                or len(namespace) > _NAMESPACE_MAX or any(c in namespace for c in "/\\\n\x00") \
-                or not _is_utf8(namespace):
-            raise TpcError(f"invalid namespace {namespace!r}: a non-empty UTF-8 name without "
-                           "'/', '\\', a newline or NUL")
-        self.config = config or SinkConfig()
-        if storage is None:
-            storage, root = open_storage(target, storage_options,
-                                         copy_workers=self.config.copy_workers)
-        else:  # an injected store (fault-injection tests): only the path comes from the URI
-            root = open_storage(target)[1]
-        self.storage: Storage = storage
-        self.namespace = namespace
-        self._root = root
-        #: A staging root set in the config (table sinks set theirs): "" when none.
-        self._configured_staging = ""
-        if self.config.staging_root:
-            other, self._configured_staging = open_storage(self.config.staging_root)
-            if other.scheme != self.storage.scheme:
-                raise TpcError("staging_root must be on the same store as the target")
-            problem = staging_root_problem(root, self._configured_staging)
-            if problem:
-                raise TpcError(f"staging_root {self.config.staging_root} cannot hold the "
-                               f"staging of {self.storage.uri(root)}: {problem}")
-        self.storage.check_target(root)
-        self.target = self.storage.uri(root)
-        self._claimed = False
-        # The layout is known without a request when the config names the staging root;
-        # otherwise it is the one the target's claim records, read on first use.
-        self._layout: Layout | None = None
-        self._ledger: Ledger | None = None
-
-    # ----------------------------------------------------------------- layout
-    @property
-    def layout(self) -> Layout:
-        """Where the target's ledger, staging and published files lie.  Staging is where
-        the target's claim says (``_tpc/sink.json``, ``staging_root``), read on first use:
-        a target keeps the layout it was created with."""
-        if self._layout is None:
-            self._adopt(self._load_claim())
-        assert self._layout is not None
-        return self._layout
-
-    @layout.setter
-    def layout(self, value: Layout) -> None:
-        self._layout = value
-        self._ledger = None
-
-    @property
-    def ledger(self) -> Ledger:
-        if self._ledger is None:
-            self._ledger = Ledger(self.layout)
-        return self._ledger
-
-    @ledger.setter
-    def ledger(self, value: Ledger) -> None:
-        self._ledger = value
-
-    def _claimed_staging_root(self, claim: dict[str, Any] | None) -> str:
-        """The staging root a claim records: its ``staging_root``; a claim without one
-        was written before staging moved beside the target, or by a sink configured
-        with its own staging root: ``<target>/_tpc/staging`` unless configured.
-        An unclaimed target has no staging yet: the place a claim would get (by name,
-        without probing the store)."""
-        if claim is None:
-            return self.storage.staging_home(self._root) \
-                or legacy_staging_root(self.storage, self._root)
-        value = claim.get("staging_root")
-        if value is None:
-            return legacy_staging_root(self.storage, self._root)
-        where = self.storage.uri(self.layout_claim_path)
-        try:
-            if not isinstance(value, str) or not value:
-                raise TpcError("not a URI")
-            other, path = open_storage(value)
-        except TpcError:
-            raise LedgerError(f"{where} names staging_root {value!r}, which is not a URI of "
-                              "this store; it was edited by hand or damaged") from None
-        problem = staging_root_problem(self._root, path) if other.scheme == \
-            self.storage.scheme else "it is on another store"
-        if problem:
-            raise LedgerError(f"{where} names staging_root {value!r}: {problem}; it was "
-                              "edited by hand or damaged. Nothing was changed.")
-        return path
-
-    @property
-    def layout_claim_path(self) -> str:
-        return claim_path(self.storage, self._root)
-
-    def _adopt(self, claim: dict[str, Any] | None) -> None:
-        """Take the layout the claim records (a configured staging root must agree with
-        it: two places would hide attempts from each other).  A claim naming a
-        ``table_location`` is a table's ledger kept apart from the table, whose
-        location takes data files only: its seals lie under ``_tpc/sealed``."""
-        recorded = self._claimed_staging_root(claim)
-        seal_root = self.storage.join(self._root, TPC_DIR, "sealed") \
-            if claim is not None and claim.get("table_location") else ""
-        if self._configured_staging:
-            if claim is not None and claim.get("staging_root") is not None \
-                    and recorded.rstrip("/") != self._configured_staging.rstrip("/"):
-                raise TpcError(
-                    f"target {self.target} stages in {self.storage.uri(recorded)} (recorded "
-                    f"in its claim {self.storage.uri(self.layout_claim_path)}), but this sink "
-                    f"is configured with staging_root {self.config.staging_root}; a target "
-                    "keeps the staging root it was created with")
-            recorded = self._configured_staging
-        if self._layout is None:
-            self.layout = Layout(self.storage, self._root, recorded, seal_root)
-        elif (self._layout.staging_root, self._layout.seal_root) != (recorded, seal_root):
-            self.layout = replace(self._layout, staging_root=recorded, seal_root=seal_root)
-
-    def _claim_fields(self) -> dict[str, Any]:
-        """More fields of a new claim (a table sink's ledger apart names its table)."""
-        return {}
-
-    def _load_claim(self) -> dict[str, Any] | None:
-        """The namespace claim, checked (one read); None if the target is unclaimed."""
-        path = self.layout_claim_path
-        doc = Ledger.decode_at(self.storage, path, self.storage.read_versioned(path)[0])
-        if doc is None:
-            return None
-        owner = doc.get("namespace")
-        if doc.get("format") != "airflow-tpc-sink" or not isinstance(owner, str) or not owner:
-            raise LedgerError(f"{self.storage.uri(path)} is not a namespace claim (format "
-                              f"{doc.get('format')!r}, namespace {owner!r}); it was edited by "
-                              "hand or damaged. Restore it as {\"format\": \"airflow-tpc-sink\","
-                              " \"version\": 1, \"namespace\": \"<owner>\"}.")
-        return doc
 
     def __repr__(self) -> str:
         return f"Sink({self.target!r}, namespace={self.namespace!r})"
@@ -293,128 +138,6 @@ class Sink:
         staged = _promote.staging_dirs(self.layout, epoch).get(epoch, [])
         marker = _promote.read_marker(self.layout, epoch)
         return max(seen, max(staged, default=0), marker["attempt"] if marker else 0)
-
-    def transaction(self, epoch: str, attempt: int | str) -> Transaction:
-        """Load a transaction from its begin record."""
-        check_epoch(epoch)
-        attempt = check_attempt(attempt)
-        begin = self.ledger.read(epoch, attempt, BEGIN)
-        if not isinstance(begin, Begin):
-            raise InvalidState(f"{self.target}: no transaction for epoch {epoch} attempt {attempt}")
-        txn = begin.transaction()
-        if txn.namespace != self.namespace and not self.config.allow_foreign_namespace:
-            raise NamespaceConflict(f"{txn.txn_id} belongs to namespace {txn.namespace!r}, "
-                                    f"not {self.namespace!r}")
-        return txn
-
-    def latest_transaction(self, epoch: str) -> Transaction | None:
-        attempts = self.ledger.scan(check_epoch(epoch)).get(epoch, {})
-        return self.transaction(epoch, max(attempts)) if attempts else None
-
-    def claimed_namespace(self) -> str | None:
-        """The namespace the target is claimed by (``_tpc/sink.json``); None if unclaimed."""
-        claim = self._load_claim()
-        return claim["namespace"] if claim is not None else None
-
-    def _check_claim(self, verb: str) -> None:
-        """The namespace claim binds every verb that changes the target, not only begin.
-        The same read settles the layout (the claim records where staging lies)."""
-        claim = self._load_claim()
-        self._adopt(claim)
-        owner = claim["namespace"] if claim is not None else None
-        if owner is None or owner == self.namespace:
-            return
-        if not self.config.allow_foreign_namespace:
-            raise NamespaceConflict(
-                f"{verb} refused: target {self.target} is owned by namespace {owner!r}, not "
-                f"{self.namespace!r}; pass allow_foreign_namespace=True (CLI: "
-                "--allow-foreign-namespace) if you mean to act on another pipeline's target.")
-        log.warning("%s of target %s (namespace %r) by namespace %r (allow_foreign_namespace)",
-                    verb, self.target, owner, self.namespace)
-
-    def _new_staging_root(self) -> str:
-        """Where a target claimed now without a configured staging root stages: beside
-        the target when the store has a place there that serves (asked of the store),
-        else inside it, with a WARNING (recursive readers then see staging)."""
-        home = self.storage.staging_home(self._root)
-        problem = "it has no parent folder (a bucket or filesystem root)" if home is None \
-            else self.storage.staging_home_problem(self._root, home)
-        if problem is None:
-            return home  # type: ignore[return-value]
-        legacy = legacy_staging_root(self.storage, self._root)
-        log.warning("target %s stages inside itself (%s): staging cannot lie beside it, since "
-                    "%s. Recursive readers of the target that do not skip '_' folders (DuckDB "
-                    "'**/*.parquet') then see staged files; read it with read_committed, or "
-                    "set SinkConfig.staging_root on the same store", self.target,
-                    self.storage.uri(legacy), problem)
-        return legacy
-
-    def _claim_namespace(self) -> None:
-        if self._claimed:
-            return
-        path = self.layout_claim_path
-        claim = self._load_claim()
-        if claim is None:
-            # A new target: not inside, around or through another target's machinery,
-            # checked before the claim (or the staging probe) writes anything.
-            check_claims_around(self.storage, self._root)
-            by_name = Layout(self.storage, self._root, self._claimed_staging_root(None))
-            self.storage.check_real_dirs(by_name.staging_base, by_name.staging_root,
-                                         links_only=True)
-            doc: dict[str, Any] = {"format": "airflow-tpc-sink", "version": 2,
-                                   "namespace": self.namespace, **self._claim_fields()}
-            if not self._configured_staging:
-                # Only a root airflow-tpc chose is recorded: a configured one (table
-                # targets) stays the sink's to name, so a sink opened without that
-                # configuration (a plain folder sink on a table's location) looks in
-                # <target>/_tpc/staging and fails closed, as before.
-                doc["staging_root"] = self.storage.uri(self._new_staging_root())
-            if self.storage.put_if_absent(path, Ledger.encode(doc)):
-                claim = doc
-            else:  # claimed meanwhile (or our own retried request took effect)
-                claim = self._load_claim()
-                if claim is None:
-                    raise LedgerError(f"{self.storage.uri(path)} vanished after a "
-                                      "conflicting write")
-        self._adopt(claim)
-        owner = claim["namespace"]
-        if owner != self.namespace:
-            if not self.config.allow_foreign_namespace:
-                raise NamespaceConflict(
-                    f"target {self.target} is written by namespace {owner!r}; this sink's "
-                    f"namespace is {self.namespace!r}. Two pipelines must not share a target "
-                    "unknowingly; pass allow_foreign_namespace=True if this is intended.")
-            log.warning("namespace %r writes target %s owned by namespace %r "
-                        "(allow_foreign_namespace=True)", self.namespace, self.target, owner)
-        self._claimed = True
-
-    def _check_own(self, txn: Transaction) -> Begin:
-        """The transaction's begin record, if ``txn`` is this sink's and matches it."""
-        if txn.target.rstrip("/") != self.target.rstrip("/"):
-            raise TpcError(f"{txn.txn_id} is for target {txn.target}, not {self.target}")
-        if txn.namespace != self.namespace and not self.config.allow_foreign_namespace:
-            raise NamespaceConflict(f"{txn.txn_id} belongs to namespace {txn.namespace!r}, "
-                                    f"not {self.namespace!r}")
-        check_epoch(txn.epoch)
-        begin = self.ledger.read(txn.epoch, txn.attempt, BEGIN)
-        if not isinstance(begin, Begin) or begin.transaction() != txn:
-            raise InvalidState(f"{txn.txn_id} does not match its begin record in the ledger "
-                               f"of {self.target} (stale or forged transaction)")
-        return begin
-
-    def _fence(self, txn: Transaction, attempts: dict[int, AttemptRecords], verb: str) -> None:
-        higher = max(attempts, default=0)
-        if higher > txn.attempt:
-            raise FencedError(f"{verb} refused for {txn.txn_id}: attempt {higher} of epoch "
-                              f"{txn.epoch} has begun since (this attempt is a zombie and its "
-                              "output will never be published)")
-
-    def _warn_age(self, txn: Transaction, now: float | None = None) -> None:
-        age = txn.age(now)
-        if age > self.config.warn_fraction * txn.timeout_s and age <= txn.timeout_s:
-            log.warning("%s is %.0f s old, %.0f%% of its %.0f s transaction timeout: commit it "
-                        "soon or it expires", txn.txn_id, age, 100 * age / txn.timeout_s,
-                        txn.timeout_s)
 
     # -------------------------------------------------------------- precommit
     def precommit(self, txn: Transaction, *, rows: dict[str, int] | None = None,
@@ -485,50 +208,6 @@ class Sink:
         """A table target's per-file statistics, sealed beside the manifest (its sha256 in
         the manifest) so the table commit need not read every footer again.  None here."""
         return None
-
-    def manifest_uri(self, txn: Transaction) -> str:
-        return self.storage.uri(self.storage.join(self.layout.sealed(txn.epoch, txn.attempt),
-                                                  MANIFEST_NAME))
-
-    def read_manifest(self, txn: Transaction) -> Manifest | None:
-        """The attempt's pre-commit manifest, validated; None if not pre-committed yet."""
-        seal = self.layout.sealed(txn.epoch, txn.attempt)
-        data = self.storage.read_bytes(self.storage.join(seal, MANIFEST_NAME))
-        if data is None:
-            return None
-        manifest = Manifest.parse(data, where=f"manifest of {txn.txn_id}")
-        manifest.check_transaction(namespace=txn.namespace, target=txn.target, epoch=txn.epoch,
-                                   attempt=txn.attempt, staging=txn.staging_uri)
-        return manifest
-
-    def sealed(self, txn: Transaction) -> Manifest | ManifestSummary | None:
-        """What the attempt sealed: its manifest while it is staged, else what its commit
-        decision records of it (digest and totals); None if it was never pre-committed."""
-        manifest = self.read_manifest(txn)
-        if manifest is not None:
-            return manifest
-        decision = self.ledger.read(txn.epoch, txn.attempt, DECISION)
-        return ManifestSummary.of(decision) if isinstance(decision, CommitDecision) else None
-
-    def poll(self, txn: Transaction) -> AttemptStatus:
-        """The cheap question a waiting sensor asks on every poke: one listing of the
-        epoch's ledger, the attempt's decision if it has one, else its manifest.
-        (:meth:`describe` lists and reads every attempt's staging and records.)"""
-        attempts = self.ledger.scan(txn.epoch).get(txn.epoch, {})
-        rec = attempts.get(txn.attempt, AttemptRecords())
-        decision = self._decision(txn.epoch, txn.attempt, rec)
-        manifest = self.read_manifest(txn) if decision is None else None
-        return AttemptStatus(
-            state=derive_state(rec.kinds, decision, sealed=manifest is not None),
-            highest_attempt=max(attempts, default=txn.attempt),
-            reason=decision.reason if isinstance(decision, AbortDecision) else None,
-            manifest=manifest)
-
-    def is_published(self, txn: Transaction) -> bool:
-        """Whether the attempt's promotion finished (``published.json``): one listing of
-        the epoch's ledger.  The commit task asks it to know if an Asset event is owed."""
-        rec = self.ledger.scan(txn.epoch).get(txn.epoch, {}).get(txn.attempt)
-        return rec is not None and PUBLISHED in rec.kinds
 
     # ----------------------------------------------------------------- commit
     def commit(self, txn: Transaction, *, expected_digest: str | None = None,
@@ -625,6 +304,12 @@ class Sink:
             verify=self.config.verify, forced=bool(force and txn.expired()),
             scope=self._decision_scope())
 
+    def _check_before_decision(self, txn: Transaction, manifest: Manifest) -> None:
+        """The target's own check of a sealed attempt, just before its commit is decided
+        (a table checks the sealed files against the table as it is now).  A folder
+        has none: staging is verified against the manifest next, for every target."""
+
+    # ---------------------------------------------------- a group's member
     def _commit_member(self, epoch: str, attempt: int, doc: dict[str, Any],
                        known: Manifest | None = None) -> int | None:
         """Carry out a group's commit decision on this member target: write the member's
@@ -670,238 +355,6 @@ class Sink:
         """Drop what one commit kept between its check and its switch (tables: the
         loaded table); a group calls it after committing its members."""
 
-    def _check_before_decision(self, txn: Transaction, manifest: Manifest) -> None:
-        """The target's own check of a sealed attempt, just before its commit is decided
-        (a table checks the sealed files against the table as it is now).  A folder
-        has none: staging is verified against the manifest next, for every target."""
-
-    def _winner(self, epoch: str, attempts: dict[int, AttemptRecords]
-                ) -> tuple[int, CommitDecision] | None:
-        """The highest attempt of the epoch decided as commit (and not abandoned)."""
-        for attempt in sorted(attempts, reverse=True):
-            rec = attempts[attempt]
-            if ABANDONED in rec.kinds:
-                continue
-            decision = self._decision(epoch, attempt, rec)
-            if isinstance(decision, CommitDecision):
-                return attempt, decision
-        return None
-
-    def _decision(self, epoch: str, attempt: int, rec: AttemptRecords) -> Decision | None:
-        """The attempt's decision, checked against its path and its begin record.
-
-        The ledger checks epoch, attempt, target and staging; the namespace a commit
-        decision names must also be the one its transaction began with.
-        """
-        decision = self.ledger.get(epoch, attempt, rec, DECISION)
-        if not isinstance(decision, CommitDecision):
-            return decision  # type: ignore[return-value]
-        begin = self.ledger.get(epoch, attempt, rec, BEGIN)
-        if isinstance(begin, Begin) and decision.namespace != begin.namespace:
-            raise LedgerError(
-                f"ledger record {self.storage.uri(self.layout.record(epoch, attempt, DECISION))}"
-                f" commits a manifest of namespace {decision.namespace!r}, but attempt {attempt} "
-                f"of epoch {epoch} began in namespace {begin.namespace!r}; it was copied from "
-                "elsewhere or edited. Nothing was promoted or deleted on its account.")
-        return decision
-
-    def _decided_manifest(self, epoch: str, attempt: int, decision: CommitDecision) -> Manifest:
-        """The manifest a commit decision names: embedded (version 1 records) or the one
-        sealed in staging, which must have exactly the decided digest."""
-        where = f"decision of {self.namespace}/{epoch}/{attempt}"
-        staging_uri = self.storage.uri(self.layout.staging(epoch, attempt))
-        if decision.embedded is not None:
-            manifest = Manifest.parse(decision.embedded, where=where)
-        else:
-            self.layout.check_staging(epoch, attempt)
-            seal = self.layout.sealed(epoch, attempt)
-            raw = self.storage.read_bytes(self.storage.join(seal, MANIFEST_NAME))
-            if raw is None:
-                raise ManifestError(
-                    f"cannot promote epoch {epoch} attempt {attempt}: its sealed manifest "
-                    f"{self.storage.uri(seal)}/{MANIFEST_NAME} is gone although the commit "
-                    f"was decided (digest {decision.manifest_digest}); staging was changed outside "
-                    "airflow-tpc. Restore it and run recover again.")
-            manifest = Manifest.parse(raw, where=f"sealed manifest of {epoch}/{attempt}")
-        if manifest.digest != decision.manifest_digest:
-            raise ManifestError(
-                f"cannot promote epoch {epoch} attempt {attempt}: its sealed manifest has digest "
-                f"{manifest.digest}, but the decision commits {decision.manifest_digest}; it "
-                "changed after the commit was decided. Nothing was published or deleted.")
-        manifest.check_transaction(namespace=decision.namespace, target=self.target,
-                                   epoch=epoch, attempt=attempt, staging=staging_uri)
-        return manifest
-
-    def _finish_epoch(self, epoch: str, attempts: dict[int, AttemptRecords],
-                      known: Manifest | None = None, rescan: bool = True) -> int | None:
-        """Roll the epoch forward to its winning commit and clean what it displaced.
-
-        ``known``: the manifest this call validated staging against and decided
-        moments ago; reused (no second parse, no second listing) when it is the
-        winner's.  Attempts whose records say they are finished are not read.
-        """
-        won = self._winner(epoch, attempts)
-        if won is None:
-            self._close_aborted(epoch, attempts)
-            return None
-        attempt, decision = won
-        rec = attempts[attempt]
-        if PUBLISHED not in rec.kinds:
-            fresh = known is not None and known.attempt == attempt \
-                and known.digest == decision.manifest_digest
-
-            def load() -> Manifest:
-                return known if fresh else self._decided_manifest(  # type: ignore[return-value]
-                    epoch, attempt, decision)
-
-            if not _promote.promote(self.layout, epoch, attempt, decision, load,
-                                    staging_verified=fresh):
-                # A higher attempt is already what readers see: it began and committed
-                # after ``attempts`` was listed (a commit overtaken after its decision).
-                # Judge again from a fresh listing; never mark this one published.
-                again = self.ledger.scan(epoch).get(epoch, {})
-                if not rescan or max(again, default=attempt) <= attempt:
-                    raise LedgerError(
-                        f"epoch {epoch}: the published marker names a higher attempt than "
-                        f"{attempt}, but the ledger holds no higher commit (the ledger was "
-                        "lost or damaged). Nothing was changed: readers keep the published "
-                        "attempt; restore the ledger, or commit a new attempt of the epoch.")
-                attempts.clear()
-                attempts.update(again)
-                return self._finish_epoch(epoch, attempts, rescan=False)
-            crashpoint("commit.before_published")
-            # A fact, not a decision: a concurrent promoter's record is just as good.
-            self.ledger.create_or_get(epoch, attempt, PUBLISHED, {
-                "published_at": time.time(), "txn_id": decision.txn_id,
-                "manifest_digest": decision.manifest_digest})
-            rec.kinds.add(PUBLISHED)
-        for other, orec in attempts.items():
-            if other >= attempt or orec.kinds & DISPLACED_DONE_KINDS:
-                continue
-            odecision = self._decision(epoch, other, orec)
-            if odecision is None:
-                # A group member's is left to its group (group recover aborts it).
-                with contextlib.suppress(GroupMemberError):
-                    self._abort(epoch, other, f"superseded by committed attempt {attempt}",
-                                best_effort=True)
-            elif isinstance(odecision, AbortDecision):
-                # Aborted earlier, perhaps by a try that died before removing staging.
-                if self._remove_aborted(epoch, other, odecision, best_effort=True):
-                    self._close(epoch, other, orec)
-            elif self._clean_staging(epoch, other):
-                # A lower commit: its published files went with the swap/cleanup above;
-                # its staging (kept by "manifest" mode or never promoted) went just now,
-                # and only then is it marked superseded (a failed cleanup is retried).
-                self.ledger.create_or_get(epoch, other, SUPERSEDED, {"by": attempt})
-                orec.kinds.add(SUPERSEDED)
-        return attempt
-
-    def _close(self, epoch: str, attempt: int, rec: AttemptRecords | None = None) -> None:
-        """Record that an aborted attempt is finished (its staging is gone), so later
-        commits skip it without reading its decision."""
-        self.ledger.create_or_get(epoch, attempt, CLOSED, {"closed_at": time.time()})
-        if rec is not None:
-            rec.kinds.add(CLOSED)
-
-    def _close_aborted(self, epoch: str, attempts: dict[int, AttemptRecords]) -> None:
-        """An epoch with no commit: finish (close) its aborted attempts.  Targets written
-        before ``closed.json`` existed are brought up to date here, once."""
-        for attempt, rec in attempts.items():
-            if not needs_finishing(rec.kinds):
-                continue
-            decision = self._decision(epoch, attempt, rec)
-            if isinstance(decision, AbortDecision) \
-                    and self._remove_aborted(epoch, attempt, decision, best_effort=True):
-                self._close(epoch, attempt, rec)
-
-    def _remove_aborted(self, epoch: str, attempt: int, decision: AbortDecision,
-                        best_effort: bool) -> bool:
-        """Remove the staging of an attempt aborted earlier.  If it still holds a sealed
-        manifest (an abort whose cleanup died, or a damaged ledger), say so: pre-committed
-        data is never thrown away without a WARNING naming it."""
-        sealed = self._discarded(epoch, attempt)  # "" when nothing sealed is left
-        if sealed:
-            log.warning("DISCARDING %s/%s/%d, PRE-COMMITTED %s: it was aborted earlier "
-                        "(%s). That output is never published.", self.namespace, epoch,
-                        attempt, sealed, decision.reason)
-        if best_effort:
-            return self._clean_staging(epoch, attempt)
-        self.layout.remove_staging(epoch, attempt)
-        return True
-
-    def _clean_staging(self, epoch: str, attempt: int) -> bool:
-        """Remove a displaced attempt's staging; a failure is logged, not raised.
-
-        The attempt's fate is already recorded; only its files remain.  Its fenced
-        job may still be writing there (Spark task committers create folders and
-        files until the job dies), so removal can fail or the folder can come back.
-        That must not fail the commit that displaced it: the next commit of the
-        epoch, ``recover`` or ``gc`` removes what is left.
-        """
-        try:
-            self.layout.remove_staging(epoch, attempt)
-            return True
-        except StorageError as exc:
-            log.warning("staging of %s/%s/%d not removed yet (%s); a later commit of the "
-                        "epoch, recover or gc removes it", self.namespace, epoch, attempt, exc)
-            return False
-
-    def _roll_forward_pending(self, epoch: str, attempts: dict[int, AttemptRecords]
-                              ) -> list[tuple[str, int]]:
-        """After a commit of ``epoch``: finish every other epoch the pending index names.
-
-        One listing of the index and one of each epoch it names, so the cost follows
-        unfinished work, not history.  Entries of finished (or unknown) attempts are
-        dropped on the way.  A target without a complete index (written before it
-        existed) gets one full scan, after which the index is built.
-        """
-        listed = self.ledger.pending()
-        if listed is None:
-            scan = self.ledger.scan()
-            scan[epoch] = attempts
-            rolled = self._roll_forward(scan, skip={epoch})
-            self.ledger.sync_pending(scan, self.ledger.pending() or {})
-            return rolled
-        scan = {epoch: attempts}
-        for other in listed:
-            if other != epoch:
-                scan[other] = self.ledger.scan(other).get(other, {})
-        rolled = self._roll_forward(scan, skip={epoch})
-        for other, numbers in listed.items():
-            known = scan[other]
-            for attempt in numbers:
-                rec = known.get(attempt)
-                # Unknown to a listing made after the index was: never a live attempt
-                # (entries follow begin.json).  This epoch was listed before, so an
-                # attempt unknown here may have begun since: left to the next commit.
-                if (rec is None and other != epoch) or (rec and rec.kinds & FINISHED_KINDS):
-                    self.ledger.unmark_pending(other, attempt)
-        return rolled
-
-    def _roll_forward(self, scan: dict[str, dict[int, AttemptRecords]],
-                      skip: set[str] = frozenset()  # type: ignore[assignment]
-                      ) -> list[tuple[str, int]]:
-        """Finish every epoch with a decided-but-unfinished attempt (lost notifications).
-
-        Which epochs need it is judged from the listing alone (:func:`needs_finishing`),
-        so finished history costs no reads.
-        """
-        done = []
-        for epoch in sorted(scan, key=epoch_sort_key):
-            if epoch in skip:
-                continue
-            attempts = scan[epoch]
-            pending = {a for a, r in attempts.items()
-                       if needs_finishing(r.kinds) and PUBLISHED not in r.kinds}
-            if not pending:
-                continue
-            won = self._finish_epoch(epoch, attempts)
-            if won is not None and won in pending:
-                log.warning("rolled forward epoch %s attempt %d: its commit was decided but "
-                            "not carried out", epoch, won)
-                done.append((epoch, won))
-        return done
-
     # ------------------------------------------------------------------ abort
     def abort(self, txn: Transaction, reason: str = "aborted") -> bool:
         """Throw the attempt away: record ABORTED, remove its staging.  Idempotent: True
@@ -911,410 +364,35 @@ class Sink:
         self._check_own(txn)
         return self._abort(txn.epoch, txn.attempt, reason)
 
-    def _abort(self, epoch: str, attempt: int, reason: str, expired: bool = False,
-               best_effort: bool = False, by_group: bool = False) -> bool:
-        """Record the abort decision, then remove staging (``best_effort``: see
-        :meth:`_clean_staging`; an explicit abort raises, so its caller retries).
-        A group member's attempt is aborted only ``by_group`` (its group decided so):
-        otherwise :class:`GroupMemberError`, and nothing is written.
+    # ---------------------------------------------------- checks of every verb
+    def _check_own(self, txn: Transaction) -> Begin:
+        """The transaction's begin record, if ``txn`` is this sink's and matches it."""
+        if txn.target.rstrip("/") != self.target.rstrip("/"):
+            raise TpcError(f"{txn.txn_id} is for target {txn.target}, not {self.target}")
+        if txn.namespace != self.namespace and not self.config.allow_foreign_namespace:
+            raise NamespaceConflict(f"{txn.txn_id} belongs to namespace {txn.namespace!r}, "
+                                    f"not {self.namespace!r}")
+        check_epoch(txn.epoch)
+        begin = self.ledger.read(txn.epoch, txn.attempt, BEGIN)
+        if not isinstance(begin, Begin) or begin.transaction() != txn:
+            raise InvalidState(f"{txn.txn_id} does not match its begin record in the ledger "
+                               f"of {self.target} (stale or forged transaction)")
+        return begin
 
-        Throwing away a complete pre-committed attempt is never quiet: a WARNING
-        names what is discarded (see :meth:`_discarded`).
-        """
-        begin = self.ledger.read(epoch, attempt, BEGIN)
-        if isinstance(begin, Begin) and begin.group is not None and not by_group \
-                and self.ledger.read(epoch, attempt, DECISION) is None:
-            raise GroupMemberError(
-                f"abort refused for {self.namespace}/{epoch}/{attempt}: it is member "
-                f"{begin.group['member']!r} of group transaction {begin.group['uri']}, "
-                "decided only with its group: abort the group (airflow_tpc.group.Group.abort)")
-        doc = AbortDecision(reason, expired, time.time()).to_doc(
-            begin.namespace if isinstance(begin, Begin) else self.namespace, self.target,
-            epoch, attempt)
-        crashpoint("abort.before_decision")
-        winner = self.ledger.read(epoch, attempt, DECISION)
-        if isinstance(winner, CommitDecision):  # refused before anything is written
-            raise InvalidState(f"cannot abort {self.namespace}/{epoch}/{attempt}: it is "
-                               "COMMITTED (use a new run of the epoch to replace its output)")
-        sealed = self._discarded(epoch, attempt)
-        created, winner = self.ledger.create_or_get(epoch, attempt, DECISION, doc)
-        if isinstance(winner, CommitDecision):
-            raise InvalidState(f"cannot abort {self.namespace}/{epoch}/{attempt}: it is "
-                               "COMMITTED (use a new run of the epoch to replace its output)")
-        if created and sealed:
-            log.warning("DISCARDING %s/%s/%d, PRE-COMMITTED %s: %s. That output is never "
-                        "published.", self.namespace, epoch, attempt, sealed, reason)
-        crashpoint("abort.after_decision")
-        if best_effort:
-            cleaned = self._clean_staging(epoch, attempt)
-        else:
-            self.layout.remove_staging(epoch, attempt)
-            cleaned = True
-        crashpoint("abort.after_cleanup")
-        if cleaned:
-            self._close(epoch, attempt)
-        if created:
-            log.info("aborted %s/%s/%d: %s", self.namespace, epoch, attempt, reason)
-        return created
+    def _fence(self, txn: Transaction, attempts: dict[int, AttemptRecords], verb: str) -> None:
+        higher = max(attempts, default=0)
+        if higher > txn.attempt:
+            raise FencedError(f"{verb} refused for {txn.txn_id}: attempt {higher} of epoch "
+                              f"{txn.epoch} has begun since (this attempt is a zombie and its "
+                              "output will never be published)")
 
-    def _discarded(self, epoch: str, attempt: int) -> str:
-        """What an abort of (epoch, attempt) throws away, if it was pre-committed: the
-        file count, bytes, digest and first file names; "" if it was not sealed."""
-        try:
-            self.layout.check_staging(epoch, attempt)
-            raw = self.storage.read_bytes(self.storage.join(self.layout.sealed(epoch, attempt),
-                                                            MANIFEST_NAME))
-        except StorageError as exc:
-            return f"(its staging cannot be inspected: {exc})"
-        if raw is None:
-            return ""
-        try:
-            m = Manifest.parse(raw)
-        except ManifestError:
-            return "(its staged manifest is invalid)"
-        first = ", ".join(f.path for f in m.files[:3]) + (", ..." if len(m.files) > 3 else "")
-        return (f"({m.total_files} files, {m.total_bytes} bytes, digest {m.digest}"
-                + (f"; files {first})" if first else ")"))
-
-    # ---------------------------------------------------------------- recover
-    def recover(self, *, ignore_failures_after_timeout: bool = False,
-                abort_undecided: bool = False, now: float | None = None,
-                progress: Progress | None = None, dry_run: bool = False) -> RecoveryReport:
-        """Flink's restore: roll every decided commit forward, abort what is stale.
-
-        Stale means superseded by a higher attempt or past the transaction timeout.
-        ``abort_undecided=True`` is Flink's ``recoverAndAbort``: use it when no writer
-        of the target can still be alive (the pipeline restarted) — every attempt
-        without a decision is aborted, pre-committed or not.  Every pre-committed
-        attempt thrown away is named in a WARNING.
-
-        Raises :class:`TpcError` (with ``.report``) if a decided commit still cannot be
-        carried out, or a ledger record of an epoch is damaged, so the failure
-        surfaces on every restore; such an epoch is left exactly as it is.  With
-        ``ignore_failures_after_timeout`` a commit that keeps failing is given up —
-        loudly — once it is past its timeout (never on a damaged record).
-        ``progress(epoch, k, n)`` is called as each of the n epochs is reached.
-
-        ``dry_run=True`` reads what recover reads and writes nothing: the report says
-        which decided commits it would roll forward, which attempts it would abort
-        (the undecided ones below a winning commit too, as ``superseded``) and which
-        finished attempts' staging it would remove; ``report.dry_run`` is set.
-        """
-        self._check_claim("recover")
-        now = time.time() if now is None else now
-        report = RecoveryReport(dry_run=dry_run)
-        scan = self.ledger.scan()
-        damaged: set[str] = set()
-        for k, epoch in enumerate(sorted(scan, key=epoch_sort_key), 1):
-            if progress is not None:
-                progress(epoch, k, len(scan))
-            attempts = scan[epoch]
-            try:
-                self._check_published_claims(epoch, attempts)
-                won = (self._plan_finish_epoch if dry_run
-                       else self._finish_epoch_recording)(epoch, attempts, report)
-            except LedgerError as exc:
-                log.error("recover leaves epoch %s of %s untouched: %s", epoch, self.target, exc)
-                report.errors.append((epoch, -1, str(exc)))
-                damaged.add(epoch)
-                continue
-            except TpcError as exc:
-                self._commit_failed(epoch, attempts, exc, report, now,
-                                    ignore_failures_after_timeout)
-                continue
-            top = max(attempts)
-            for attempt in sorted(attempts):
-                rec = attempts[attempt]
-                if DECISION in rec.kinds:
-                    continue
-                if won is not None and attempt < won:
-                    continue  # handled by _finish_epoch
-                crashpoint("recover.before_abort")
-                begin = self.ledger.get(epoch, attempt, rec, BEGIN)
-                started = begin.started_at if isinstance(begin, Begin) else now
-                timeout = begin.timeout_s if isinstance(begin, Begin) else self.config.timeout_s
-                abort = self._abort if not dry_run else _no_abort
-                if self._is_member(epoch, attempt, rec):
-                    log.info("%s/%s/%d is undecided and a member of group %s: its group's "
-                             "recover decides it", self.namespace, epoch, attempt,
-                             begin.group["uri"])
-                    continue
-                if attempt < top:
-                    abort(epoch, attempt, f"superseded by attempt {top}")
-                    report.aborted.append((epoch, attempt, "superseded"))
-                elif abort_undecided:
-                    abort(epoch, attempt, "undecided at restore (abort_undecided)")
-                    report.aborted.append((epoch, attempt, "restore"))
-                elif now - started > timeout:
-                    abort(epoch, attempt, f"expired after {now - started:.0f} s (timeout "
-                          f"{timeout:.0f} s)", expired=True)
-                    report.aborted.append((epoch, attempt, "expired"))
-                elif now - started > self.config.warn_fraction * timeout:
-                    log.warning("%s/%s/%d is %.0f s old (timeout %.0f s)", self.namespace,
-                                epoch, attempt, now - started, timeout)
-        # Bring the pending index up to date with this full listing (and build it on a
-        # target written before it existed), so commits list only unfinished work.
-        if not dry_run:
-            self.ledger.sync_pending(scan, self.ledger.pending(), skip=damaged)
-        crashpoint("recover.before_cleanup")
-        report.cleaned = self._clean_finished_staging(scan, skip=damaged, dry_run=dry_run)
-        if report.errors:
-            first = report.errors[0]
-            failed = len(report.errors) - len(damaged)
-            what = [f"could not finish {failed} decided commit(s)"] if failed else []
-            if damaged:
-                what.append(f"left {len(damaged)} epoch(s) with damaged ledger records untouched")
-            err = TpcError(f"recover of {self.target} {' and '.join(what)}; first: epoch "
-                           f"{first[0]}" + (f" attempt {first[1]}" if first[1] > 0 else "") +
-                           f": {first[2]}. Nothing was lost: decisions and staged files are "
-                           "kept and the next recover retries.")
-            err.report = report  # type: ignore[attr-defined]
-            raise err
-        return report
-
-    def _finish_epoch_recording(self, epoch: str, attempts: dict[int, AttemptRecords],
-                                report: RecoveryReport) -> int | None:
-        pending = {a for a, r in attempts.items() if needs_finishing(r.kinds)}
-        won = self._finish_epoch(epoch, attempts)
-        if won is not None and won in pending:
-            report.rolled_forward.append((epoch, won))
-        return won
-
-    def _plan_finish_epoch(self, epoch: str, attempts: dict[int, AttemptRecords],
-                           report: RecoveryReport) -> int | None:
-        """What :meth:`_finish_epoch_recording` would do, read-only (recover's dry run):
-        the winning commit it would roll forward, the undecided attempts below it it
-        would abort.  Reads the same decisions, so a damaged one raises the same way."""
-        won = self._winner(epoch, attempts)
-        if won is None:
-            return None
-        attempt = won[0]
-        if needs_finishing(attempts[attempt].kinds):
-            report.rolled_forward.append((epoch, attempt))
-        for other, orec in sorted(attempts.items()):
-            if other < attempt and not orec.kinds & DISPLACED_DONE_KINDS \
-                    and self._decision(epoch, other, orec) is None \
-                    and not self._is_member(epoch, other, orec):
-                report.aborted.append((epoch, other, "superseded"))
-        return attempt
-
-    def _is_member(self, epoch: str, attempt: int, rec: AttemptRecords) -> bool:
-        """Whether the attempt belongs to a group (decided only by its group)."""
-        begin = self.ledger.get(epoch, attempt, rec, BEGIN)
-        return isinstance(begin, Begin) and begin.group is not None
-
-    def _commit_failed(self, epoch: str, attempts: dict[int, AttemptRecords], exc: Exception,
-                       report: RecoveryReport, now: float, ignore: bool) -> None:
-        won = self._winner(epoch, attempts)
-        attempt = won[0] if won else -1
-        begin = self.ledger.get(epoch, attempt, attempts[attempt], BEGIN) if won else None
-        started = begin.started_at if isinstance(begin, Begin) else now
-        timeout = begin.timeout_s if isinstance(begin, Begin) else self.config.timeout_s
-        if ignore and won and now - started > timeout:
-            log.error("GIVING UP the commit of %s/%s/%d after its %.0f s timeout "
-                      "(ignore_failures_after_timeout=True): POSSIBLE DATA LOSS — its output "
-                      "is not published. Last error: %s", self.namespace, epoch, attempt,
-                      timeout, exc)
-            self.ledger.create(epoch, attempt, ABANDONED, {"at": now, "error": str(exc)})
-            attempts[attempt].kinds.add(ABANDONED)
-            report.abandoned.append((epoch, attempt, str(exc)))
-            return
-        log.error("recover could not finish the commit of %s/%s/%d: %s", self.namespace, epoch,
-                  attempt, exc)
-        report.errors.append((epoch, attempt, str(exc)))
-
-    def _clean_finished_staging(self, scan: dict[str, dict[int, AttemptRecords]],
-                                skip: set[str] = frozenset(),  # type: ignore[assignment]
-                                progress: Progress | None = None,
-                                dry_run: bool = False) -> list[tuple[str, int]]:
-        """Remove staging left by finished transactions (e.g. a zombie's late writes).
-
-        Only on the word of records that check out: an epoch with a damaged record
-        (``skip``, or found here) keeps all of its staging.  ``dry_run``: only say which.
-        """
-        cleaned = []
-        staged = _promote.staging_dirs(self.layout)
-        for k, (epoch, attempts) in enumerate(sorted(staged.items(),
-                                                     key=lambda e: epoch_sort_key(e[0])), 1):
-            if progress is not None:
-                progress(epoch, k, len(staged))
-            if epoch in skip:
-                continue
-            known = scan.get(epoch, {})
-            for attempt in attempts:
-                rec = known.get(attempt)
-                if rec is None or DECISION not in rec.kinds:
-                    continue  # unknown (begin in flight) or still open: not ours to remove
-                try:
-                    decision = self._decision(epoch, attempt, rec)
-                except LedgerError as exc:
-                    log.error("staging of %s/%s/%d kept: %s", self.namespace, epoch, attempt,
-                              exc)
-                    break
-                keep = False
-                if isinstance(decision, CommitDecision):
-                    # the live output of "manifest" mode, or a commit still to be promoted
-                    keep = (decision.mode == "manifest"
-                            and not rec.kinds & {SUPERSEDED, ABANDONED}) \
-                        or not rec.kinds & {PUBLISHED, SUPERSEDED}
-                if isinstance(decision, CommitDecision) and not keep \
-                        and SUPERSEDED not in rec.kinds and not self._marker_at_least(epoch,
-                                                                                     attempt):
-                    # published.json says done, the marker disagrees: never delete on it.
-                    log.error("staging of %s/%s/%d kept: the ledger says it was published, "
-                              "but the published marker names no attempt at or above it",
-                              self.namespace, epoch, attempt)
-                    keep = True
-                if not keep and dry_run:
-                    cleaned.append((epoch, attempt))
-                elif not keep:
-                    if isinstance(decision, AbortDecision):
-                        self._remove_aborted(epoch, attempt, decision, best_effort=False)
-                        self._close(epoch, attempt, rec)
-                    else:
-                        self.layout.remove_staging(epoch, attempt)
-                    cleaned.append((epoch, attempt))
-        return cleaned
-
-    def _marker_at_least(self, epoch: str, attempt: int) -> bool:
-        marker = _promote.read_marker(self.layout, epoch)
-        return marker is not None and marker["attempt"] >= attempt
-
-    def _check_published_claims(self, epoch: str, attempts: dict[int, AttemptRecords]) -> None:
-        """Recover does not take ``published.json`` on trust: if the marker does not name
-        that attempt (or a higher one), the claim is dropped and the commit is promoted
-        again (promotion is idempotent and re-verifies staging).  Also refuses to treat
-        the attempt readers see as undecided when its decision record is lost."""
-        marker = _promote.read_marker(self.layout, epoch)
-        seen = marker["attempt"] if marker else 0
-        for attempt, rec in attempts.items():
-            if PUBLISHED in rec.kinds and attempt > seen \
-                    and not rec.kinds & {SUPERSEDED, ABANDONED}:
-                log.warning("epoch %s attempt %d: published.json is there but the published "
-                            "marker names attempt %s; promoting it again", epoch, attempt,
-                            seen or "none")
-                rec.kinds.discard(PUBLISHED)
-            if attempt == seen and DECISION not in rec.kinds:
-                decision = self.ledger.read(epoch, attempt, DECISION)
-                if decision is not None:  # decided after our listing (a live committer)
-                    rec.kinds.add(DECISION)
-                    rec.docs[DECISION] = decision
-                    continue
-                raise LedgerError(
-                    f"epoch {epoch}: readers see attempt {attempt}, but its decision record "
-                    f"{self.storage.uri(self.layout.record(epoch, attempt, DECISION))} is "
-                    "missing (the ledger was damaged); it is never treated as undecided. "
-                    "Nothing was changed; restore the record, or commit a new attempt.")
-
-    def gc(self, *, progress: Progress | None = None,
-           dry_run: bool = False) -> list[tuple[str, int]]:
-        """Remove staging of finished transactions (what recover cleans, without the rest).
-        ``progress(epoch, k, n)`` is called as each of the n staged epochs is reached;
-        ``dry_run=True`` removes nothing and returns what it would remove."""
-        self._check_claim("gc")
-        return self._clean_finished_staging(self.ledger.scan(), progress=progress,
-                                            dry_run=dry_run)
-
-    # ------------------------------------------------------------- inspection
-    def describe(self, epoch: str | None = None, *, now: float | None = None) -> list[TxnInfo]:
-        """Every transaction of the target (or of one epoch), oldest epoch first."""
-        now = time.time() if now is None else now
-        scan = self.ledger.scan(check_epoch(epoch) if epoch is not None else None)
-        out = []
-        for ep in sorted(scan, key=epoch_sort_key):
-            attempts = scan[ep]
-            won = self._winner(ep, attempts)
-            for attempt in sorted(attempts):
-                out.append(self._info(ep, attempt, attempts[attempt], won, now))
-        return out
-
-    def _info(self, epoch: str, attempt: int, rec: AttemptRecords,
-              won: tuple[int, CommitDecision] | None, now: float) -> TxnInfo:
-        begin = self.ledger.get(epoch, attempt, rec, BEGIN)
-        decision = self._decision(epoch, attempt, rec)
-        staging = self.layout.staging(epoch, attempt)
-        staged = self.storage.list(staging)
-        raw = None
-        if decision is None:
-            raw = self.storage.read_bytes(self.storage.join(self.layout.sealed(epoch, attempt),
-                                                            MANIFEST_NAME))
-        state = derive_state(rec.kinds, decision, sealed=raw is not None)
-        totals: Totals | None = None
-        if isinstance(decision, CommitDecision):
-            totals = decision.totals
-        elif raw is not None:
-            try:
-                m = Manifest.parse(raw)
-                totals = Totals(m.total_files, m.total_bytes, m.total_rows)
-            except ManifestError:
-                totals = None
-        started = begin.started_at if isinstance(begin, Begin) else None
-        abort = decision if isinstance(decision, AbortDecision) else None
-        return TxnInfo(
-            epoch=epoch, attempt=attempt, txn_id=self._recorded_txn_id(epoch, attempt, begin,
-                                                                       decision),
-            state=state, published=PUBLISHED in rec.kinds,
-            superseded=state is TxnState.COMMITTED and (
-                SUPERSEDED in rec.kinds or (won is not None and won[0] > attempt)),
-            files=totals.files if totals else None, bytes=totals.bytes if totals else None,
-            rows=totals.rows if totals else None,
-            started_at=started, age_s=(now - started) if started is not None else None,
-            decided_at=decision.decided_at if decision is not None else None,
-            reason=abort.reason if abort else None,
-            staging_uri=self.storage.uri(staging), staging_files=len(staged),
-            staging_bytes=sum(o.size for o in staged),
-            owner=begin.owner if isinstance(begin, Begin) else None)
-
-    def _recorded_txn_id(self, epoch: str, attempt: int, begin: Any, decision: Any) -> str:
-        """The id the ledger gave the attempt (its begin or commit record names the
-        namespace), not one made up from this sink's namespace: inspecting a target
-        under a wrong namespace must not invent transactions nobody began."""
-        for rec in (begin, decision):
-            namespace = getattr(rec, "namespace", None)
-            if isinstance(namespace, str) and namespace:
-                return f"{namespace}/{epoch}/{attempt}"
-        return f"{self.namespace}/{epoch}/{attempt}"
-
-    def table_version(self, epoch: str, digest: str) -> dict[str, str] | None:
-        """The table-format commit that carries a manifest (``digest``) of ``epoch``:
-        ``{"table", "format", "snapshot_id" | "version"}``, or None.  A folder target
-        has no table version (None); table sinks override this so Asset events and
-        lineage can name the snapshot/version an epoch's commit became."""
-        return None
-
-    def committed_files(self, epochs: Any = None) -> dict[str, list[str]]:
-        """Read-committed view: epoch -> URIs of the files of its published attempt."""
-        wanted = None if epochs is None else {str(e) for e in epochs}
-        out: dict[str, list[str]] = {}
-        for name in self.storage.list_dirs(self.layout.root):
-            if not name.startswith("epoch="):
-                continue
-            epoch = name[len("epoch="):]
-            if wanted is not None and epoch not in wanted:
-                continue
-            marker = _promote.read_marker(self.layout, epoch)
-            if marker is None:
-                continue
-            out[epoch] = [p if "://" in p else self.storage.uri(self.storage.join(
-                self.layout.root, p)) for p in (f["path"] for f in marker["files"])]
-        return dict(sorted(out.items(), key=lambda kv: epoch_sort_key(kv[0])))
-
-    def output_uri(self, epoch: str) -> str:
-        """Where epoch ``epoch`` is published (and where non-transactional modes write)."""
-        return self.storage.uri(self.layout.published_dir(check_epoch(epoch)))
-
-
-def _is_utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate: no record or path can hold it
-        return False
-    return True
+    def _warn_age(self, txn: Transaction, now: float | None = None) -> None:
+        age = txn.age(now)
+        if age > self.config.warn_fraction * txn.timeout_s and age <= txn.timeout_s:
+            log.warning("%s is %.0f s old, %.0f%% of its %.0f s transaction timeout: commit it "
+                        "soon or it expires", txn.txn_id, age, 100 * age / txn.timeout_s,
+                        txn.timeout_s)
 
 
 def _state_of_decision(decision: Decision) -> str:
     return str(derive_state({DECISION}, decision, sealed=True))
-
-
-def _no_abort(epoch: str, attempt: int, reason: str, expired: bool = False) -> None:
-    """Stands in for :meth:`Sink._abort` in recover's dry run: nothing is written."""
