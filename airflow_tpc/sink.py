@@ -136,7 +136,7 @@ class Sink(SinkMaintenance, SinkQueries):
         """
         seen = max(self.ledger.scan(epoch).get(epoch, {}), default=0)
         staged = _promote.staging_dirs(self.layout, epoch).get(epoch, [])
-        marker = _promote.read_marker(self.layout, epoch)
+        marker = _promote.read_marker(self.layout, epoch, files=False)
         return max(seen, max(staged, default=0), marker["attempt"] if marker else 0)
 
     # -------------------------------------------------------------- precommit
@@ -155,7 +155,7 @@ class Sink(SinkMaintenance, SinkQueries):
         self._fence(txn, attempts, "pre-commit")
         if DECISION in attempts.get(txn.attempt, AttemptRecords()).kinds:
             raise FencedError(f"pre-commit refused for {txn.txn_id}: it is already decided")
-        marker = _promote.read_marker(self.layout, txn.epoch)
+        marker = _promote.read_marker(self.layout, txn.epoch, files=False)
         if marker is not None and marker["attempt"] >= txn.attempt:
             raise LedgerError(f"pre-commit refused for {txn.txn_id}: readers already see "
                               f"attempt {marker['attempt']} of epoch {txn.epoch}, so this attempt "

@@ -193,7 +193,7 @@ class SinkMaintenance(SinkFinish):
         that attempt (or a higher one), the claim is dropped and the commit is promoted
         again (promotion is idempotent and re-verifies staging).  Also refuses to treat
         the attempt readers see as undecided when its decision record is lost."""
-        marker = _promote.read_marker(self.layout, epoch)
+        marker = _promote.read_marker(self.layout, epoch, files=False)
         seen = marker["attempt"] if marker else 0
         for attempt, rec in attempts.items():
             if PUBLISHED in rec.kinds and attempt > seen \
@@ -278,7 +278,7 @@ class SinkMaintenance(SinkFinish):
         return cleaned
 
     def _marker_at_least(self, epoch: str, attempt: int) -> bool:
-        marker = _promote.read_marker(self.layout, epoch)
+        marker = _promote.read_marker(self.layout, epoch, files=False)
         return marker is not None and marker["attempt"] >= attempt
 
 
