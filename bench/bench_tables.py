@@ -160,10 +160,12 @@ class PhaseTimer:
     def patched(self) -> Iterator[PhaseTimer]:
         import airflow_tpc.promote as promote
         import airflow_tpc.sink as sink_mod
+        import airflow_tpc.tables.switch as table_switch
 
         targets: list[tuple[Any, str, str]] = [
             (promote, "promote", "promote (everything after the decision record)"),
             (promote, "_swap_marker", "published marker"),
+            (table_switch, "_swap_marker", "published marker"),
             (sink_mod.Sink, "precommit", "precommit (whole)"),
         ]
         for cls in [c for c in vars(promote).values()
@@ -174,14 +176,14 @@ class PhaseTimer:
             import pyiceberg.table as pt
 
             import airflow_tpc.tables.iceberg as ice
+            import airflow_tpc.tables.iceberg_commit as ice_commit
             targets += [
                 (ice.IcebergTarget, "check_staged", "iceberg: check_staged (footer reads)"),
                 (ice.IcebergTarget, "load_table", "iceberg: load_table (catalog + metadata)"),
                 (ice.IcebergSnapshot, "_commit", "iceberg: table commit (_commit)"),
                 (pt, "_parquet_files_to_data_files",
                  "iceberg: _parquet_files_to_data_files (footer reads, parallel)"),
-                (ice, "epoch_commits", "iceberg: epoch_commits (snapshot history)"),
-                (ice, "_swap_marker", "published marker"),
+                (ice_commit, "epoch_commits", "iceberg: epoch_commits (snapshot history)"),
             ]
         with contextlib.suppress(ImportError):
             import airflow_tpc.tables.delta as dl
@@ -190,7 +192,6 @@ class PhaseTimer:
                 (dl.DeltaTarget, "footers", "delta: footers (sequential reads)"),
                 (dl.DeltaTarget, "load_table", "delta: load_table (log)"),
                 (dl.DeltaCommit, "_commit", "delta: table commit (_commit)"),
-                (dl, "_swap_marker", "published marker"),
             ]
         saved = []
         try:
@@ -223,8 +224,8 @@ def bench_cpu(n: int, workdir: str) -> list[list[Any]]:
         parquet_path_to_id_mapping,
     )
 
-    import airflow_tpc.tables.iceberg as ice
     from airflow_tpc.tables import open_sink
+    from airflow_tpc.tables.iceberg_files import schema_problems
 
     cat = tempfile.mkdtemp(prefix="cpu-", dir=workdir)
     sink = open_sink("iceberg://cpu/analytics.events", NAMESPACE, catalog_properties={
@@ -251,11 +252,12 @@ def bench_cpu(n: int, workdir: str) -> list[list[Any]]:
     schemas = step("footer → Arrow schema (`to_arrow_schema`)", lambda: [
         m.schema.to_arrow_schema().remove_metadata() for m in mds])
     step("`_epoch_problems` (epoch column statistics)", lambda: [
-        ice._epoch_problems("u", m, sc, EPOCH) for m, sc in zip(mds, schemas, strict=True)])
+        sink.table_target._epoch_problems("u", m, sc, EPOCH)
+        for m, sc in zip(mds, schemas, strict=True)])
     step("`_schema_problems` (airflow-tpc's schema check), per file", lambda: [
-        ice._schema_problems(sc, table) for sc in schemas])
+        schema_problems(sc, table) for sc in schemas])
     step("`_schema_problems` once per distinct schema (dedupe by serialized schema)",
-         lambda: [ice._schema_problems(sc, table) for sc in
+         lambda: [schema_problems(sc, table) for sc in
                   {sc.serialize().to_pybytes(): sc for sc in schemas}.values()])
     step("pyiceberg `_check_pyarrow_schema_compatible`, per file", lambda: [
         _check_pyarrow_schema_compatible(schema, m.schema.to_arrow_schema(),
