@@ -54,22 +54,21 @@ def open_table_sink(target: str, namespace: str, *,
     columns to the table (Iceberg; refused by default)."""
     from ..errors import TpcError
 
+    sink: type[TableSink]
     if isinstance(target, str) and target.startswith("iceberg://"):
         from .iceberg import IcebergSink
 
-        return IcebergSink(target, namespace, catalog_properties=catalog_properties,
-                           storage_options=storage_options, config=config,
-                           ledger_uri=ledger_uri, replace_where=replace_where, mode=mode,
-                           add_columns=add_columns)
-    if isinstance(target, str) and target.startswith(("delta+file://", "delta+s3://")):
+        sink = IcebergSink
+    elif isinstance(target, str) and target.startswith(("delta+file://", "delta+s3://")):
         from .delta import DeltaSink
 
-        return DeltaSink(target, namespace, catalog_properties=catalog_properties,
-                         storage_options=storage_options, config=config,
-                         ledger_uri=ledger_uri, replace_where=replace_where, mode=mode,
-                         add_columns=add_columns)
-    raise TpcError(f"{target!r} is not a table target (supported: iceberg://, delta+file://, "
-                   "delta+s3://)")
+        sink = DeltaSink
+    else:
+        raise TpcError(f"{target!r} is not a table target (supported: iceberg://, "
+                       "delta+file://, delta+s3://)")
+    return sink(target, namespace, catalog_properties=catalog_properties,
+                storage_options=storage_options, config=config, ledger_uri=ledger_uri,
+                replace_where=replace_where, mode=mode, add_columns=add_columns)
 
 
 def open_sink(target: str, namespace: str, *, storage_options: dict[str, Any] | None = None,

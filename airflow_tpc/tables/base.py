@@ -9,238 +9,53 @@ A table target differs from a folder in three places only, and each is here once
 * **what the staged files must be** — :class:`TableSink` checks them against the
   table at pre-commit and again at commit before the decision (the table may have
   changed in between), so a schema the table cannot take is refused with nothing
-  decided;
-* **the switch** — the format's own atomic commit, a
-  :class:`~airflow_tpc.promote.Strategy` the target hands to
+  decided (the check is one for every format:
+  :meth:`~airflow_tpc.tables.target.TableTarget.check_staged`);
+* **the switch** — the format's own atomic commit on one skeleton,
+  :class:`~airflow_tpc.tables.switch.TableCommit`, which the target hands to
   :func:`~airflow_tpc.promote.strategy_for` through the layout.
 
-A format plugs in a *target* object (:class:`TableTarget`) that knows its table;
-the verbs, the ledger and the fencing are the core's, unchanged.
+A format plugs in a *target* object (:class:`~airflow_tpc.tables.target.TableTarget`)
+that knows its table and a switch (a ``TableCommit``) that commits to it; the verbs,
+the ledger and the fencing are the core's, unchanged.  Where the pieces live:
+:mod:`.staged` (footers, the sealed statistics), :mod:`.target`, :mod:`.switch`, and
+this module (the sink and its layout).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from ..errors import ManifestError, StorageError, TpcError
+from ..errors import StorageError, TpcError
 from ..faults import crashpoint
 from ..ledger import TPC_DIR, Layout, Ledger
 from ..sink import Sink
-from ..staging import TABLE_STATS_NAME, digest_bytes, list_staged, on_threads
+from ..staging import list_staged
 from ..transaction import CommitResult, SinkConfig, Transaction
 from .scope import Scope
+from .staged import (
+    TableSchemaError,  # noqa: F401  (re-exported: it lived here first)
+    norm_uri,
+    read_sealed_stats,
+    stats_bytes,
+)
+from .target import (  # noqa: F401  (re-exported: they lived here first)
+    PROP_ATTEMPT,
+    PROP_DIGEST,
+    PROP_EPOCH,
+    PROP_NAMESPACE,
+    PROP_TXN_ID,
+    TableTarget,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..manifest import Manifest
-    from ..promote import Strategy
-    from ..storage import ObjectInfo, Storage
+    from ..storage import ObjectInfo
 
 log = logging.getLogger("airflow_tpc")
-
-#: The partition column: one value (the epoch's name) per data file.
-EPOCH_COLUMN = "epoch"
-#: Commit properties (Iceberg snapshot summary / Delta commitInfo) of every epoch commit.
-PROP_TXN_ID = "airflow-tpc.txn-id"
-PROP_DIGEST = "airflow-tpc.manifest-digest"
-PROP_EPOCH = "airflow-tpc.epoch"
-PROP_ATTEMPT = "airflow-tpc.attempt"
-PROP_NAMESPACE = "airflow-tpc.namespace"
-#: Optimistic-concurrency retries when another writer commits to the table meanwhile.
-COMMIT_RETRIES = 10
-#: Footers read at once where they must be read (pre-commit, a fallback): each is one
-#: or two ranged GETs, so latency, not CPU, is what the threads overlap.
-FOOTER_THREADS = 16
-STATS_FORMAT = "airflow-tpc-table-stats"
-STATS_VERSION = 1
-
-
-class TableSchemaError(ManifestError):
-    """The staged files are not something the table can take (columns named)."""
-
-
-def norm_uri(uri: str) -> str:
-    """One spelling per file for comparisons: ``file:///x`` and ``/x`` are the same."""
-    if uri.startswith("file://"):
-        return urlparse(uri).path
-    return uri
-
-
-def commit_properties(manifest: Manifest) -> dict[str, str]:
-    """What every epoch commit carries in the table's own history."""
-    return {PROP_TXN_ID: manifest.txn_id, PROP_DIGEST: manifest.digest,
-            PROP_EPOCH: manifest.epoch, PROP_ATTEMPT: str(manifest.attempt),
-            PROP_NAMESPACE: manifest.namespace}
-
-
-def schema_error(fmt: str, uri: str, epoch: str, problems: list[str],
-                 decided: str | None) -> TableSchemaError:
-    """One message for staged files a table cannot take: before the decision (nothing
-    decided or changed) or at a roll-forward (the decision and staging are kept)."""
-    what = "; ".join(problems[:20]) \
-        + (f"; and {len(problems) - 20} more" if len(problems) > 20 else "")
-    if decided:
-        return TableSchemaError(
-            f"cannot roll {decided} forward into {fmt} table {uri}, which changed after the "
-            f"commit was decided: {what}. Nothing was changed in the table; the decision and "
-            "the staged files are kept (recover reports this every time): restore the "
-            "table's schema, or commit a new attempt of the epoch, which replaces it.")
-    return TableSchemaError(
-        f"the staged files of epoch {epoch} cannot go into {fmt} table {uri}: {what}. "
-        "Nothing was decided or changed: fix the job's output and run a new attempt of the "
-        "epoch.")
-
-
-def read_footers(open_file: Any, uris: list[str]) -> tuple[dict[str, Any], list[str]]:
-    """Each file's Parquet footer (``{uri: FileMetaData}``), read once and in parallel
-    (``open_file(uri)`` gives a readable stream), and the problems of unreadable ones."""
-    import pyarrow.parquet as pq
-
-    def one(uri: str) -> tuple[str, Any, str | None]:
-        try:
-            with open_file(uri) as stream:
-                return uri, pq.read_metadata(stream), None
-        except Exception as exc:
-            return uri, None, f"{uri} is not a readable Parquet file ({type(exc).__name__})"
-
-    footers: dict[str, Any] = {}
-    problems: list[str] = []
-    for uri, md, problem in on_threads(one, uris, FOOTER_THREADS):
-        if problem is None:
-            footers[uri] = md
-        else:
-            problems.append(problem)
-    return footers, problems
-
-
-def stats_bytes(table_key: Any, files: dict[str, dict[str, Any]]) -> bytes:
-    """The ``_tpc_table_stats.json`` sidecar: what pre-commit learned from the footers
-    (per file: size, rows, format statistics) and the table state it checked them
-    against (``table_key``; null: no table yet)."""
-    return json.dumps({"format": STATS_FORMAT, "version": STATS_VERSION, "table": table_key,
-                       "files": files}, sort_keys=True, separators=(",", ":")).encode()
-
-
-def read_sealed_stats(storage: Storage, seal: str,
-                      manifest: Manifest) -> dict[str, Any] | None:
-    """The sidecar sealed with ``manifest``, if its sha256 is the one the manifest names
-    and it describes exactly the manifest's files and sizes; else None (the caller then
-    reads the footers: an unchecked sidecar is never used)."""
-    if not manifest.table_stats:
-        return None
-    where = storage.uri(storage.join(seal, TABLE_STATS_NAME))
-    raw = _SEALED_STATS.get((where, manifest.table_stats))
-    if raw is None:
-        try:
-            raw = storage.read_bytes(storage.join(seal, TABLE_STATS_NAME))
-        except StorageError as exc:
-            log.warning("cannot read the table statistics of %s (%s); reading the footers",
-                        manifest.txn_id, exc)
-            return None
-    if raw is None or digest_bytes(raw) != manifest.table_stats:
-        log.warning("the table statistics sealed with %s (%s) are missing or changed after "
-                    "pre-commit: not used, the footers are read instead", manifest.txn_id,
-                    TABLE_STATS_NAME)
-        return None
-    try:
-        doc = json.loads(raw)
-        files = doc["files"]
-        ok = doc.get("format") == STATS_FORMAT and doc.get("version") == STATS_VERSION \
-            and {p: e["size"] for p, e in files.items()} \
-            == {f.path: f.size for f in manifest.files}
-    except (ValueError, TypeError, KeyError, AttributeError):
-        ok = False
-    if not ok:
-        log.warning("the table statistics of %s do not describe its sealed files: not used",
-                    manifest.txn_id)
-        return None
-    _SEALED_STATS.clear()  # the last one only: a commit reads it before and after deciding
-    _SEALED_STATS[(where, manifest.table_stats)] = raw
-    return doc  # type: ignore[no-any-return]
-
-
-#: The last sidecar read, by location and the sha256 its manifest names: content
-#: addressed, so a hit is exactly the bytes a read would return when it is not stale.
-_SEALED_STATS: dict[tuple[str, str], bytes] = {}
-
-
-class HandOver:
-    """The table one commit loaded for its check before the decision, handed to its
-    switch moments later instead of a second load (a catalog round trip, or a Delta
-    log read).  Safe because a table commit never trusts its base: Iceberg's asserts
-    the snapshot it was built on, Delta's conflicts on the epoch's application
-    transaction; a switch that loses that race reloads, as it always did."""
-
-    _handed: tuple[str, Any] | None = None
-
-    def hand_over(self, txn_id: str | None, table: Any) -> None:
-        self._handed = None if txn_id is None or table is None else (txn_id, table)
-
-    def take_table(self, txn_id: str) -> Any:
-        """The table handed over by ``txn_id``'s own check (once), else a fresh load."""
-        handed, self._handed = self._handed, None
-        if handed is not None and handed[0] == txn_id:
-            return handed[1]
-        return self.load_table()  # type: ignore[attr-defined]
-
-
-class TableTarget(Protocol):
-    """What a table format supplies to the shared skeleton."""
-
-    #: ``iceberg://…`` / ``delta+…://…``: how users and Asset events name the table.
-    uri: str
-
-    def location(self, *, placed: str | None = None) -> str:
-        """The table's location URI (staging lies below it; the ledger too unless it is
-        apart).  ``placed``: where a sink of the same ledger placed a table that is not
-        created yet (a catalog may answer otherwise once that place holds files)."""
-
-    def placement_is_stable(self) -> bool:
-        """Whether every process learns the same :meth:`location` before the table
-        exists (a REST catalog's server may not answer the same twice)."""
-
-    def load_table(self) -> Any:
-        """The table, or None if it does not exist yet (created on the first commit)."""
-
-    def hand_over(self, txn_id: str | None, table: Any) -> None:
-        """Keep ``table`` for ``txn_id``'s switch (:class:`HandOver`); None forgets it."""
-
-    def take_table(self, txn_id: str) -> Any:
-        """The table handed over for ``txn_id`` (once), else :meth:`load_table`."""
-
-    def strategy(self, scope: dict[str, Any] | None = None) -> Strategy:
-        """The promotion strategy whose switch is one commit of the table, replacing
-        the rows ``scope`` (a decision record's, :class:`Scope`) names."""
-
-    def check_staged(self, uris: list[str], epoch: str, table: Any, *,
-                     decided: str | None = None,
-                     footers: tuple[dict[str, Any], list[str]] | None = None,
-                     scope: Scope = ...) -> Any:
-        """Raise :class:`TableSchemaError` naming files and columns the table cannot take."""
-
-    def referenced_files(self) -> set[str]:
-        """Every data file (normalised URI) any retained table version references."""
-
-    def table_key(self, table: Any, scope: Scope = ...) -> Any:
-        """What the staged files were checked against (JSON): equal keys at pre-commit
-        and at commit mean the check holds still (None: no table)."""
-
-    def read_footers(self, uris: list[str]) -> tuple[dict[str, Any], list[str]]:
-        """Each staged file's footer, read once, in parallel (see :func:`read_footers`)."""
-
-    def file_stats(self, footers: dict[str, Any], table: Any) -> dict[str, dict[str, Any]]:
-        """Per staged URI, what the table commit needs of its footer (JSON)."""
-
-    def highest_attempt(self, epoch: str, namespace: str) -> int:
-        """The highest attempt of ``epoch`` the table's history holds (0: none)."""
-
-    def table_version(self, epoch: str, namespace: str,
-                      digest: str) -> dict[str, str] | None:
-        """The table version that carries manifest ``digest`` of ``epoch``, or None."""
 
 
 @dataclass(frozen=True)
@@ -278,8 +93,13 @@ class TableSink(Sink):
     The verbs are the core's; what differs is the layout (staging inside the table,
     removal guarded by the table's references), the promotion strategy (the
     target's, through the layout) and a check of the staged files against the table
-    at pre-commit and at commit before the decision.  Subclasses parse their URI and
-    say where staging goes below the table location (``staging_dir``).
+    at pre-commit and at commit before the decision.  Subclasses parse their URI
+    (:meth:`parse_target`) and say where staging goes below the table location
+    (``staging_dir``).
+
+    ``target``: the table's URI or target; ``catalog_properties``: the format's
+    (see :func:`airflow_tpc.tables.open_table_sink`); ``replace_where`` / ``mode`` /
+    ``add_columns``: which rows an epoch owns (:meth:`.scope.Scope.of`).
     """
 
     #: The format's name, for messages.
@@ -287,14 +107,19 @@ class TableSink(Sink):
     #: Staging's folder below the table location.
     staging_dir = "_tpc_staging"
 
-    def __init__(self, target: TableTarget, namespace: str, *,
+    def __init__(self, target: TableTarget | str, namespace: str, *,
+                 catalog_properties: dict[str, str] | None = None,
                  storage_options: dict[str, Any] | None = None,
                  config: SinkConfig | None = None,
                  ledger_uri: str | None = None,
-                 scope: Scope | None = None) -> None:
-        config = config or SinkConfig()
+                 replace_where: Any = None, mode: str = "replace",
+                 add_columns: bool = False) -> None:
         #: Which rows of the table an epoch's commit replaces (:mod:`.scope`).
-        self.scope = scope or Scope()
+        self.scope = Scope.of(replace_where, mode, add_columns)
+        self._check_scope(self.scope)
+        if isinstance(target, str):
+            target = self.parse_target(target, catalog_properties, storage_options)
+        config = config or SinkConfig()
         if config.staging_root:
             raise TpcError(f"a {self.format} target places its own staging (inside the "
                            "table's location); do not set staging_root")
@@ -332,6 +157,15 @@ class TableSink(Sink):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.table_target.uri!r}, namespace={self.namespace!r})"
+
+    @classmethod
+    def parse_target(cls, uri: str, catalog_properties: dict[str, str] | None,
+                     storage_options: dict[str, Any] | None) -> TableTarget:
+        """The format's target named by ``uri``."""
+        raise NotImplementedError
+
+    def _check_scope(self, scope: Scope) -> None:
+        """Refuse a scope the format cannot commit (default: every scope is fine)."""
 
     def _decision_scope(self) -> dict[str, Any] | None:
         """The decision names the rows it replaces: a roll-forward in a later run (with
@@ -508,34 +342,3 @@ def _ledger_root(fmt: str, table_uri: str, location: str, ledger_uri: str) -> st
                        f"{location}. Without ledger_uri the ledger lives in the table's location "
                        "itself; with it, choose a folder outside the table")
     return ledger_uri
-
-
-def column_statistics(md: Any, name: str) -> Iterator[tuple[int, Any]]:
-    """``(rows, statistics)`` of column ``name`` in each non-empty row group of a Parquet
-    footer (statistics None where the writer kept none)."""
-    for rg in range(md.num_row_groups):
-        group = md.row_group(rg)
-        if group.num_rows == 0:
-            continue
-        col = next(group.column(i) for i in range(group.num_columns)
-                   if group.column(i).path_in_schema == name)
-        yield group.num_rows, col.statistics
-
-
-def epoch_column_problems(uri: str, md: Any, schema: Any, epoch: str) -> list[str]:
-    """The staged file's ``epoch`` column (present) is a string holding only ``epoch``,
-    judged from the footer's row-group statistics (no data read).  Shared by the
-    table formats; each decides what a file *without* the column means."""
-    import pyarrow as pa
-
-    typ = schema.field(EPOCH_COLUMN).type
-    if not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
-        return [f"{uri}: column {EPOCH_COLUMN!r} is {typ}, not a string"]
-    for _rows, stats in column_statistics(md, EPOCH_COLUMN):
-        if stats is None or not stats.has_min_max or stats.null_count:
-            return [f"{uri}: column {EPOCH_COLUMN!r} has nulls or no statistics; every row "
-                    f"must hold {epoch!r}"]
-        if stats.min != epoch or stats.max != epoch:
-            return [f"{uri}: column {EPOCH_COLUMN!r} holds {stats.min!r}..{stats.max!r}, "
-                    f"not only this epoch {epoch!r}"]
-    return []

@@ -40,7 +40,7 @@ from .delta_scope import DeltaScope, partition_text
 if TYPE_CHECKING:  # pragma: no cover
     from deltalake import DeltaTable
 
-    from .delta import DeltaTarget
+    from .delta_table import DeltaLakeTable
 
 log = logging.getLogger("airflow_tpc")
 
@@ -49,7 +49,7 @@ log = logging.getLogger("airflow_tpc")
 _MS_SLACK = dt.timedelta(microseconds=999)
 
 
-def scope_actions(target: DeltaTarget, table: DeltaTable, bound: DeltaScope, now: int,
+def scope_actions(target: DeltaLakeTable, table: DeltaTable, bound: DeltaScope, now: int,
                   txn_id: str) -> tuple[list[Any], list[Any]]:
     """``(removes, adds)``: the remove actions for every file the predicate selects
     rows of, and the add actions of the rewritten files (their rows outside it)."""
@@ -122,7 +122,7 @@ def _remove(bound: DeltaScope, row: dict[str, Any], now: int) -> Any:
                         _partition_values(bound, row))
 
 
-def _rewrite(target: DeltaTarget, bound: DeltaScope, row: dict[str, Any], now: int,
+def _rewrite(target: DeltaLakeTable, bound: DeltaScope, row: dict[str, Any], now: int,
              txn_id: str) -> Any:
     """The add action of ``row``'s file without the predicate's rows; None: every row
     was inside (remove only); False: none was (keep the file as it is)."""

@@ -25,8 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .base import column_statistics
 from .scope import Scope, proves
+from .staged import column_statistics
 
 #: Partition column types whose Delta string form is the value's ISO/decimal text.
 _TEXT_TYPES = ("string", "large_string", "int8", "int16", "int32", "int64", "date32[day]",

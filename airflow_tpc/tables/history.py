@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import TpcError
-from .base import PROP_ATTEMPT, PROP_EPOCH, PROP_NAMESPACE, PROP_TXN_ID
+from .target import PROP_ATTEMPT, PROP_EPOCH, PROP_NAMESPACE, PROP_TXN_ID
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ catalog applies every table's changes or none, so even engine readers — Trino,
 DuckDB on the catalog — see the tables move together.
 
 Each member's table commit is built exactly as its own switch builds it
-(:class:`~airflow_tpc.tables.iceberg.IcebergSnapshot`: the same checks, the same
+(:class:`~airflow_tpc.tables.iceberg_commit.IcebergSnapshot`: the same checks, the same
 snapshot), on a copy of the table whose catalog *captures* the commit (its
 requirements and updates) instead of sending it; the captured commits are sent
 together.  Every member's own switch still runs afterwards and finds its snapshot in
@@ -30,7 +30,9 @@ from ..errors import StorageError, TpcError
 from ..manifest import Manifest
 from ..records import CommitDecision
 from ..staging import verify_against_storage
-from .base import TableSink, read_sealed_stats
+from .base import TableSink
+from .staged import read_sealed_stats
+from .switch import Staged
 
 log = logging.getLogger("airflow_tpc")
 
@@ -120,8 +122,6 @@ def prepared_change(sink: TableSink, epoch: str, attempt: int, decision: CommitD
     (the table holds it or a higher attempt already, or does not exist yet)."""
     from pyiceberg.table import CommitTableRequest, Table, TableIdentifier
 
-    from .iceberg_io import on_commit_io
-
     target = sink.table_target
     key = rest_catalog_key(target.catalog())
     if key is None:
@@ -138,17 +138,17 @@ def prepared_change(sink: TableSink, epoch: str, attempt: int, decision: CommitD
     if table is None:
         return None
     strategy = target.strategy(decision.scope)
-    table = on_commit_io(table)
+    table = strategy._on_commit(table)
     if strategy.state_of(table, manifest) != "todo":
         return None
-    uris = [storage.uri(storage.join(staging, f.path)) for f in manifest.files]
-    sealed = read_sealed_stats(storage, layout.sealed(epoch, attempt), manifest)
-    usable, footers = strategy.checked(table, manifest, uris, sealed, None)
+    staged = Staged(manifest, [storage.uri(storage.join(staging, f.path))
+                               for f in manifest.files],
+                    read_sealed_stats(storage, layout.sealed(epoch, attempt), manifest))
+    strategy.check(table, staged)
     capturing = Table(table.name(), table.metadata, table.metadata_location, table.io,
                       _CapturingCatalog(table.catalog))
     try:
-        strategy._commit(capturing, manifest, uris, sealed if usable else None,
-                         None if usable else footers)
+        strategy._commit(capturing, staged)
     except _Captured as captured:
         name = table.name()
         return TableChange(key, target.catalog(), CommitTableRequest(

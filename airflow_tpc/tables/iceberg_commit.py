@@ -1,0 +1,209 @@
+"""The switch of an Iceberg target: a decided attempt becomes one Iceberg snapshot.
+
+:class:`IcebergSnapshot` is the Iceberg side of the shared switch
+(:class:`~airflow_tpc.tables.switch.TableCommit`): where the table stands (its
+snapshot summaries), the table's creation from the staged schema, and the one
+transaction that replaces the scope's rows with the staged files.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from ..errors import LedgerError, StorageError
+from .iceberg_files import data_file_of, epoch_partition_position, iceberg_stats, stats_plan
+from .iceberg_partitions import needs_data
+from .iceberg_table import IcebergTable, epoch_commits
+from .switch import Staged, TableCommit
+from .target import commit_properties
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow as pa
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.table import Table
+
+    from ..manifest import Manifest
+
+log = logging.getLogger("airflow_tpc")
+
+
+class IcebergSnapshot(TableCommit):
+    """The switch is one Iceberg commit: one ``overwrite`` snapshot that drops partition
+    ``epoch=E``'s data files and adds the staged files where they are.
+
+    Idempotent by the table's own history: a snapshot carrying this manifest's
+    digest means an earlier run committed it (a crash before the ledger recorded
+    it) — only the marker is written then.  A snapshot of a higher attempt of the
+    epoch means this attempt is stale: it is never applied (returns False).
+    """
+
+    name = "iceberg"
+    made = "snapshot"
+    target: IcebergTable
+
+    def _lost_race(self) -> tuple[type[Exception], ...]:
+        from pyiceberg.exceptions import CommitFailedException
+
+        return (CommitFailedException,)
+
+    def _created(self, schema: pa.Schema) -> Table:
+        """Iceberg creates the table first (empty), then commits the epoch to it."""
+        return self.target.create_table(schema, self.scope)
+
+    def _on_commit(self, table: Table) -> Table:
+        """Each of the table's metadata files read once by this commit (:mod:`.iceberg_io`)."""
+        from .iceberg_io import on_commit_io
+
+        return on_commit_io(table)
+
+    def state_of(self, table: Table, manifest: Manifest) -> str:
+        """Where the table stands for this decided attempt: ``"done"`` (it holds it),
+        ``"superseded"`` (it holds a higher attempt of the epoch) or ``"todo"``; a
+        LedgerError when it holds this attempt with another manifest."""
+        seen = epoch_commits(table, manifest.epoch, manifest.namespace)
+        done = seen.digests.get(manifest.digest)
+        if done is not None and done != manifest.attempt:
+            raise LedgerError(f"Iceberg table {self.target.uri} holds manifest "
+                              f"{manifest.digest} as attempt {done} of epoch "
+                              f"{manifest.epoch}, not attempt {manifest.attempt}")
+        if done is not None:
+            return "done"
+        if seen.highest > manifest.attempt:
+            log.warning("%s not applied: the table already holds attempt %d of epoch %s",
+                        manifest.txn_id, seen.highest, manifest.epoch)
+            return "superseded"
+        if seen.highest == manifest.attempt:
+            raise LedgerError(
+                f"Iceberg table {self.target.uri} holds attempt {manifest.attempt} of "
+                f"epoch {manifest.epoch} with another manifest than {manifest.digest}; the "
+                "attempt number was reused after the ledger was lost. Nothing was changed.")
+        return "todo"
+
+    def _commit(self, table: Table, staged: Staged) -> None:
+        """One transaction, one snapshot: remove the epoch's files, add the staged ones.
+
+        The DataFiles come from the sealed statistics where they hold for this table
+        (no footer read), else from the footers the check read (once, in parallel) —
+        never from a per-file read."""
+        from pyiceberg.table import TableProperties
+        from pyiceberg.table.update import AssertCurrentSchemaId, AssertDefaultSpecId
+
+        # pyiceberg would retry a commit that lost a race by re-applying the same
+        # snapshot on the new base (after a sleep): our file list and schema check
+        # were made against the old base.  Switch that off for this in-memory table
+        # only (the table's stored properties are untouched): the caller's loop
+        # reloads, re-checks and recomputes instead.
+        meta = table.metadata
+        table.metadata = meta.model_copy(update={"properties": {
+            **meta.properties, TableProperties.COMMIT_NUM_RETRIES: "0"}})
+        manifest, uris = staged.manifest, staged.uris
+        sealed = staged.sealed if staged.usable else None
+        footers = None if staged.usable else staged.footers
+        sizes = {u: f.size for u, f in zip(uris, manifest.files, strict=True)}
+
+        def data_files(tmeta: Any) -> list[DataFile]:
+            found = footers[0] if footers is not None else {}
+            by_uri: dict[str, dict[str, Any] | None] = {}
+            for uri, f in zip(uris, manifest.files, strict=True):
+                entry = sealed["files"][f.path] if sealed is not None else None
+                by_uri[uri] = entry.get("iceberg") if entry is not None else None
+            missing = [u for u, st in by_uri.items() if st is None and u not in found]
+            if missing:  # a statistic that did not serialise, or no sidecar
+                more, problems = self.target.read_footers(missing)
+                if problems:
+                    raise StorageError("; ".join(problems[:5]))
+                found = {**found, **more}
+            plan = stats_plan(tmeta) if any(st is None for st in by_uri.values()) else None
+            parts: dict[str, list[Any]] = {}
+            if plan is not None and needs_data(tmeta.spec()):
+                parts, problems = self.target.partitions_from_data(
+                    [u for u, st in by_uri.items() if st is None and found[u].num_rows], tmeta)
+                if problems:
+                    raise StorageError("; ".join(problems[:5]))
+            for uri, st in list(by_uri.items()):
+                if st is None:
+                    by_uri[uri] = iceberg_stats(found[uri], tmeta, plan, parts.get(uri))
+                    if by_uri[uri] is None:
+                        raise StorageError(f"cannot read the statistics of {uri}")
+            return [data_file_of(uri, sizes[uri], st, tmeta.default_spec_id)
+                    for uri, st in by_uri.items() if st and st["record_count"] > 0]
+
+        def run() -> None:
+            with table.transaction() as tx:
+                meta = tx.table_metadata
+                # Iceberg lets an append commit over a concurrent schema or partition
+                # change; ours was checked against this schema and spec, so a change of
+                # either must fail the commit (and the caller's loop re-checks).
+                tx._apply((), (AssertCurrentSchemaId(current_schema_id=meta.current_schema_id),
+                               AssertDefaultSpecId(default_spec_id=meta.default_spec_id)))
+                if meta.name_mapping() is None:  # as add_files: files carry no field ids
+                    tx.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING:
+                                         meta.schema().name_mapping.model_dump_json()})
+                if self.scope.add_columns and footers is not None:
+                    _add_new_columns(tx, footers[0])
+                # A file without rows (Spark writes one for an empty task) has no
+                # statistics to infer its partition from, and adds nothing: not added.
+                new = data_files(tx.table_metadata)
+                props = commit_properties(manifest)
+                if self.scope.kind == "epoch":
+                    old = _epoch_files(table, manifest.epoch)
+                    with tx.update_snapshot(snapshot_properties=props).overwrite() as ow:
+                        for data_file in old:
+                            ow.delete_data_file(data_file)
+                        for data_file in new:
+                            ow.append_data_file(data_file)
+                    return
+                # replace_where: Iceberg's overwrite by filter — files wholly inside the
+                # predicate are dropped, files partly inside are rewritten without those
+                # rows (copy-on-write); then the staged files are added.  All in this one
+                # transaction: one catalog commit, every snapshot carrying our summary.
+                if self.scope.kind == "where":
+                    with warnings.catch_warnings():  # an epoch's first commit deletes none
+                        warnings.filterwarnings("ignore", "Delete operation did not match")
+                        tx.delete(delete_filter=self.scope.expression(),
+                                  snapshot_properties=props)
+                with tx.update_snapshot(snapshot_properties=props).fast_append() as fa:
+                    for data_file in new:
+                        fa.append_data_file(data_file)
+
+        self.target._call("commit to", run)
+        log.info("Iceberg %s: epoch %s is attempt %d (%d files)", self.target.uri,
+                 manifest.epoch, manifest.attempt, len(uris))
+
+
+def _add_new_columns(tx: Any, footers: dict[str, Any]) -> None:
+    """Add the staged files' columns the table lacks (``add_columns``): nullable, by
+    name (``union_by_name``), in the commit's own transaction — the name mapping is
+    updated with them, so readers find them in the files."""
+    import pyarrow as pa
+
+    known = set(tx.table_metadata.schema().column_names)
+    new: dict[str, pa.Field] = {}
+    for md in footers.values():
+        for f in md.schema.to_arrow_schema():
+            if f.name not in known and f.name not in new:
+                new[f.name] = f.with_nullable(True)
+    if new:
+        with tx.update_schema() as update:
+            update.union_by_name(pa.schema(list(new.values())))
+        log.info("adding columns %s to the table, as add_columns allows", ", ".join(new))
+
+
+def _epoch_files(table: Table, epoch: str) -> list[DataFile]:
+    """The data files of partition ``epoch`` in the table's current snapshot."""
+    from pyiceberg.manifest import ManifestContent
+
+    snap = table.current_snapshot()
+    if snap is None:
+        return []
+    out = []
+    for mf in snap.manifests(table.io):
+        if mf.content != ManifestContent.DATA:
+            continue
+        pos = epoch_partition_position(table, mf.partition_spec_id)
+        for entry in mf.fetch_manifest_entry(table.io, discard_deleted=True):
+            if entry.data_file.partition[pos] == epoch:
+                out.append(entry.data_file)
+    return out

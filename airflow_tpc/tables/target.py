@@ -1,0 +1,230 @@
+"""A table target: what the skeleton asks of a table, and what both formats answer alike.
+
+:class:`TableTarget` is one table of one format (Iceberg, Delta).  The sink's
+skeleton (:mod:`.base`) and the switch's (:mod:`.switch`) call its verbs; a format
+subclass implements the ones that speak to its library (load, create, read the
+history, the per-format schema rules) and inherits what is the same for every
+format:
+
+* the staged-file check (:meth:`TableTarget.check_staged`): footers read once, the
+  ``epoch`` column, the table's layout, each distinct schema once, and for a table
+  not created yet one schema a new table can be made from — one order, one message;
+* the footer reads (:meth:`TableTarget.read_footers`, through the format's opener);
+* the hand-over of the table loaded before the decision to the switch just after it.
+
+Also here: the ``airflow-tpc.*`` properties every epoch commit carries in the
+table's own history (Iceberg's snapshot summary, Delta's ``commitInfo``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .scope import Scope
+from .staged import EPOCH_COLUMN, epoch_column_problems, read_footers, schema_error
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow as pa
+
+    from ..manifest import Manifest
+    from ..promote import Strategy
+
+#: Commit properties (Iceberg snapshot summary / Delta commitInfo) of every epoch commit.
+PROP_TXN_ID = "airflow-tpc.txn-id"
+PROP_DIGEST = "airflow-tpc.manifest-digest"
+PROP_EPOCH = "airflow-tpc.epoch"
+PROP_ATTEMPT = "airflow-tpc.attempt"
+PROP_NAMESPACE = "airflow-tpc.namespace"
+
+#: The default scope: the epoch's identity partition.
+EPOCH_SCOPE = Scope()
+
+#: ``({uri: Parquet FileMetaData}, problems)``: footers read once (:func:`read_footers`).
+Footers = tuple[dict[str, Any], list[str]]
+
+
+def commit_properties(manifest: Manifest) -> dict[str, str]:
+    """What every epoch commit carries in the table's own history."""
+    return {PROP_TXN_ID: manifest.txn_id, PROP_DIGEST: manifest.digest,
+            PROP_EPOCH: manifest.epoch, PROP_ATTEMPT: str(manifest.attempt),
+            PROP_NAMESPACE: manifest.namespace}
+
+
+class TableTarget:
+    """One table of one format, as the shared skeleton uses it.
+
+    Subclasses set :attr:`label` and implement the verbs that raise
+    ``NotImplementedError`` here, plus the check's hooks (``_missing_epoch_column``,
+    ``_table_problems``, ``_schema_check``, ``_creatable_problems``)."""
+
+    #: The format's name in messages ("Iceberg", "Delta").
+    label = "table"
+
+    # -- what each format answers -------------------------------------------------
+    @property
+    def uri(self) -> str:
+        """``iceberg://…`` / ``delta+…://…``: how users and Asset events name the table."""
+        raise NotImplementedError
+
+    def location(self, *, placed: str | None = None) -> str:
+        """The table's location URI (staging lies below it; the ledger too unless it is
+        apart).  ``placed``: where a sink of the same ledger placed a table that is not
+        created yet (a catalog may answer otherwise once that place holds files)."""
+        raise NotImplementedError
+
+    def placement_is_stable(self) -> bool:
+        """Whether every process learns the same :meth:`location` before the table
+        exists (a REST catalog's server may not answer the same twice)."""
+        raise NotImplementedError
+
+    def load_table(self) -> Any:
+        """The table, or None if it does not exist yet (created on the first commit)."""
+        raise NotImplementedError
+
+    def strategy(self, scope: dict[str, Any] | None = None) -> Strategy:
+        """The promotion strategy whose switch is one commit of the table, replacing
+        the rows ``scope`` (a decision record's, :class:`Scope`) names."""
+        raise NotImplementedError
+
+    def referenced_files(self) -> set[str]:
+        """Every data file (normalised URI) any retained table version references."""
+        raise NotImplementedError
+
+    def table_key(self, table: Any, scope: Scope = EPOCH_SCOPE) -> Any:
+        """What the staged files were checked against (JSON): equal keys at pre-commit
+        and at commit mean the check holds still (None: no table)."""
+        raise NotImplementedError
+
+    def file_stats(self, footers: dict[str, Any], table: Any) -> dict[str, dict[str, Any]]:
+        """Per staged URI, what the table commit needs of its footer (JSON)."""
+        raise NotImplementedError
+
+    def highest_attempt(self, epoch: str, namespace: str) -> int:
+        """The highest attempt of ``epoch`` the table's history holds (0: none)."""
+        raise NotImplementedError
+
+    def table_version(self, epoch: str, namespace: str,
+                      digest: str) -> dict[str, str] | None:
+        """The table version that carries manifest ``digest`` of ``epoch``, or None."""
+        raise NotImplementedError
+
+    def _opener(self) -> Callable[[str], Any]:
+        """``open(uri)``: a readable stream of a staged file, on the table's own store."""
+        raise NotImplementedError
+
+    # -- the hand-over -------------------------------------------------------------
+    _handed: tuple[str, Any] | None = None
+
+    def hand_over(self, txn_id: str | None, table: Any) -> None:
+        """Keep ``table`` for ``txn_id``'s switch; None forgets it.
+
+        The table one commit loaded for its check before the decision goes to its
+        switch moments later instead of a second load (a catalog round trip, or a
+        Delta log read).  Safe because a table commit never trusts its base:
+        Iceberg's asserts the snapshot it was built on, Delta's conflicts on the
+        epoch's application transaction; a switch that loses that race reloads, as
+        it always did."""
+        self._handed = None if txn_id is None or table is None else (txn_id, table)
+
+    def take_table(self, txn_id: str) -> Any:
+        """The table handed over by ``txn_id``'s own check (once), else a fresh load."""
+        handed, self._handed = self._handed, None
+        if handed is not None and handed[0] == txn_id:
+            return handed[1]
+        return self.load_table()
+
+    # -- what the staged files must be ---------------------------------------------
+    def read_footers(self, uris: list[str]) -> Footers:
+        """Each staged file's footer, read once, in parallel (see :func:`read_footers`)."""
+        if not uris:
+            return {}, []
+        return read_footers(self._opener(), uris)
+
+    def check_staged(self, uris: list[str], epoch: str, table: Any, *,
+                     decided: str | None = None, footers: Footers | None = None,
+                     scope: Scope = EPOCH_SCOPE) -> pa.Schema | None:
+        """Refuse staged files the table cannot take, naming the files and columns
+        (:class:`~airflow_tpc.tables.staged.TableSchemaError`).
+
+        Every file: Parquet; for the epoch layout, an ``epoch`` column holding only
+        ``epoch`` (:meth:`_epoch_problems`).  With a table: the table's layout and the
+        scope (:meth:`_table_problems`), and each distinct schema once against the
+        table's (:meth:`_schema_check`; a commit of 10k files has one or two).
+        Without one: one schema for every file, one a new table can be made from.
+        Returns that schema (None if there are no files).  ``decided``: the
+        transaction id when this is a roll-forward of a decided commit (the error then
+        says what is kept), else a check before the decision.  ``footers``: the
+        files' footers already read (:meth:`read_footers`)."""
+        found, problems = footers if footers is not None else self.read_footers(uris)
+        problems = list(problems)
+        schemas = {uri: found[uri].schema.to_arrow_schema().remove_metadata()
+                   for uri in uris if uri in found}
+        if scope.kind == "epoch":
+            for uri, schema in schemas.items():
+                problems += self._epoch_problems(uri, found[uri], schema, epoch)
+        if table is not None:
+            problems += self._table_problems(table, scope, found, uris, problems)
+            fits = self._schema_check(table, scope)
+            verdicts: dict[pa.Schema, list[str]] = {}
+            for uri, schema in schemas.items():
+                if schema not in verdicts:
+                    verdicts[schema] = fits(schema)
+                problems += [f"{uri}: {p}" for p in verdicts[schema]]
+        else:
+            problems += self._new_table_problems(schemas, scope)
+        if problems:
+            raise schema_error(self.label, self.uri, epoch, problems, decided)
+        return next(iter(schemas.values()), None)
+
+    def _epoch_problems(self, uri: str, md: Any, schema: pa.Schema, epoch: str) -> list[str]:
+        """A staged file's ``epoch`` column holds only ``epoch``; a file without the
+        column is the format's call (:meth:`_missing_epoch_column`)."""
+        if EPOCH_COLUMN not in schema.names:
+            return self._missing_epoch_column(uri, epoch)
+        return epoch_column_problems(uri, md, schema, epoch)
+
+    def _missing_epoch_column(self, uri: str, epoch: str) -> list[str]:
+        """A staged file of the epoch layout without an ``epoch`` column: fine here
+        (the format takes the value from its own partition metadata)."""
+        return []
+
+    def _table_problems(self, table: Any, scope: Scope, found: dict[str, Any],
+                        uris: list[str], so_far: list[str]) -> list[str]:
+        """What keeps the table from taking these files whatever their schema: its
+        layout, the scope (``so_far``: the problems found already, where a costly
+        check is not worth making)."""
+        raise NotImplementedError
+
+    def _schema_check(self, table: Any, scope: Scope) -> Callable[[pa.Schema], list[str]]:
+        """The check of one staged schema against the table's (problems, unprefixed)."""
+        raise NotImplementedError
+
+    def _creatable_problems(self, schema: pa.Schema) -> list[str]:
+        """Why no table of this format can be created from ``schema`` (none: it can)."""
+        raise NotImplementedError
+
+    def _data_columns(self, schema: pa.Schema) -> pa.Schema:
+        """What must be equal across the staged files a new table is created from."""
+        return schema
+
+    def _new_table_problems(self, schemas: dict[str, pa.Schema], scope: Scope) -> list[str]:
+        """A table not created yet is created from the staged files' one schema."""
+        problems: list[str] = []
+        first = next(iter(schemas.values()), None)
+        if scope.kind == "where":
+            problems.append(f"replace_where needs an existing table, and {self.uri} does "
+                            "not exist: create it with the partitioning it should have "
+                            "(the epoch layout, without replace_where, creates its own)")
+        if first is None:
+            return problems
+        problems += self._creatable_problems(first)
+        for uri, schema in schemas.items():
+            if not self._data_columns(schema).equals(self._data_columns(first)):
+                cols = sorted({f.name for f in schema} ^ {f.name for f in first}
+                              | {f.name for f in schema if f.name in first.names
+                                 and first.field(f.name).type != f.type})
+                problems.append(f"{uri} has another schema than the first staged file "
+                                f"(columns {', '.join(cols)}); a new table is created from "
+                                "one schema")
+        return problems
