@@ -16,9 +16,10 @@
 3. **Memory and sizes**: the commit runs in a fresh child process that measures its
    resident set (``/proc/self/status``: VmRSS before the commit, VmHWM after it with the
    high-water mark reset just before, so the peak is the commit's own); tracemalloc
-   peak of ``precommit()``; the sizes of the manifest, the decision record, the
-   published marker and the XCom pointer ``PrecommitSensor`` pushes (measured in a child
-   that imports Airflow, never imported here).
+   peaks of ``precommit()`` and, in another child, of the same commit; the sizes of the
+   manifest, the decision record, the published marker and the XCom pointer
+   ``PrecommitSensor`` pushes (measured in a child that imports Airflow, never imported
+   here).
 
 Results go to ``bench/results/core.json``; ``bench/report.py`` writes docs/benchmarks.md.
 """
@@ -296,23 +297,38 @@ def _status_kib(field: str) -> int:
 
 
 def child_commit(doc: dict[str, Any]) -> dict[str, Any]:
-    """In a fresh process: the commit's resident memory (baseline, high-water mark)."""
+    """In a fresh process: the commit's resident memory (baseline, high-water mark), or
+    with ``trace``, its tracemalloc peak (Python allocations only; slower, so apart)."""
     sink = Sink(doc["target"], NAMESPACE)
     txn = sink.transaction(doc["epoch"], doc["attempt"])
     gc.collect()
+    if doc.get("trace"):
+        tracemalloc.start()
+        t = commit(sink, txn)
+        return {"heap_peak": tracemalloc.get_traced_memory()[1], "seconds": t}
     base = _status_kib("VmRSS") * 1024
     try:  # reset the high-water mark to the current RSS (Linux >= 4.0)
         with open("/proc/self/clear_refs", "w") as fh:
             fh.write("5")
-        method, before = "VmHWM after the commit, reset just before it (clear_refs 5)", base
+        method = "VmHWM after the commit, reset just before it (clear_refs 5)"
     except OSError:
         method = "ru_maxrss after the commit (the child's high-water mark since its start)"
-        before = base
     t = commit(sink, txn)
     peak = (_status_kib("VmHWM") * 1024 if method.startswith("VmHWM") else
             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-    return {"rss_base": before, "rss_peak": peak, "added": peak - before, "method": method,
+    return {"rss_base": base, "rss_peak": peak, "added": peak - base, "method": method,
             "seconds": t}
+
+
+def commit_in_child(target: str, epoch: str, attempt: int, trace: bool = False
+                    ) -> dict[str, Any]:
+    os.sync()
+    child = _child("commit", json.dumps({"target": target, "epoch": epoch,
+                                         "attempt": attempt, "trace": trace}))
+    out, _ = child.communicate()
+    if child.returncode:
+        raise RuntimeError(f"the commit child failed ({child.returncode})")
+    return dict(json.loads(out.strip().splitlines()[-1]))
 
 
 def child_xcom() -> int:
@@ -376,21 +392,22 @@ def bench_memory(pool: FilePool, work: str, xcom: subprocess.Popen[str] | None
         xcom.stdin.flush()
         line = next((ln for ln in xcom.stdout if ln.startswith("XCOM ")), "XCOM {}")
         res["xcom"] = json.loads(line[5:])
-    os.sync()
-    child = _child("commit", json.dumps({"target": target, "epoch": EPOCH,
-                                         "attempt": txn.attempt}))
-    out, _ = child.communicate()
-    if child.returncode:
-        raise RuntimeError(f"the commit child failed ({child.returncode})")
-    res["commit"] = json.loads(out.strip().splitlines()[-1])
+    res["commit"] = commit_in_child(target, EPOCH, txn.attempt)
     res["decision_bytes"] = find_record(os.path.join(target, "_tpc"), DECISION_PREFIX)
     marker = os.path.join(local(sink.output_uri(EPOCH)), MARKER_NAME)
     res["marker_bytes"] = os.path.getsize(marker) if os.path.exists(marker) else -1
     pool.take_back(local(sink.output_uri(EPOCH)))
+    txn = sink.begin("2026-01-02")  # the same files again, for the commit's heap peak
+    pool.move_to(local(txn.staging_uri))
+    sink.precommit(txn)
+    res["commit"]["heap_peak"] = commit_in_child(target, txn.epoch, txn.attempt,
+                                                 trace=True)["heap_peak"]
+    pool.take_back(local(sink.output_uri(txn.epoch)))
     shutil.rmtree(os.path.dirname(target))
     c = res["commit"]
     h.log(f"  memory n={pool.n:>6}: commit RSS {h.fmt_b(c['rss_base'])} + "
-          f"{h.fmt_b(c['added'])}, decision {res['decision_bytes']} B")
+          f"{h.fmt_b(c['added'])}, heap peak {h.fmt_b(c['heap_peak'])}, decision "
+          f"{res['decision_bytes']} B")
     return res
 
 
@@ -444,7 +461,9 @@ def main(argv: list[str] | None = None) -> int:
             data["history_target"] = build_history(target, epochs)
             for n in hist_sizes:
                 pool = FilePool(tempfile.mkdtemp(prefix=f"h{n}-", dir=work), n)
-                data["history"].append(bench_history(pool, work, target, reps))
+                # A few ms a commit: more repetitions than the rest, or noise decides.
+                data["history"].append(bench_history(pool, work, target,
+                                                     reps if args.smoke else max(reps, 15)))
     finally:
         if hadoop:
             hadoop.stop()

@@ -4,8 +4,9 @@
 #   docs/bench-spark.md (Spark end to end), from bench/results/{core,s3,spark}.json.
 # Full: local commit vs its floor and Hadoop's FileOutputCommitter up to 100,000 files,
 # 500-epoch history, S3 (moto and SeaweedFS behind 50-100 ms a request) at 1,000 and
-# 10,000 files, Spark at 1M and 5M rows x 2 and 200 files (~1 h on 2 busy cores, most of
-# it Spark's 200-file cases and S3's 10,000-file copies).
+# 10,000 files, Spark at 1M and 5M rows x 2 and 200 files. On 2 busy cores: core ~7 min,
+# S3 at 1,000 files ~25 min (both servers, 3 reps; 10,000 files add well over an hour:
+# `bench/bench_s3.py --sizes 1000` skips them), Spark about an hour.
 # --quick: up to 10,000 local files, 200 epochs, S3 at 200 files, Spark 1M rows x 2 files.
 # --no-spark: the core and S3 only.
 # Needs what scripts/bootstrap.sh needs (python3, Java 17).
@@ -18,7 +19,7 @@ for arg in "$@"; do
   case "$arg" in
     --quick) mode=(--quick) ;;
     --no-spark) spark=0 ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; echo "usage: $0 [--quick] [--no-spark]"
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; echo "usage: $0 [--quick] [--no-spark]"
                exit 0 ;;
     *) echo "unknown option: $arg (usage: $0 [--quick] [--no-spark])" >&2; exit 2 ;;
   esac
