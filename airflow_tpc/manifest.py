@@ -13,7 +13,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, NamedTuple
@@ -97,6 +97,12 @@ class Manifest:
     fingerprints: str | None = None
     #: sha256 of the ``_tpc_table_stats.json`` a table target seals beside it, or None.
     table_stats: str | None = None
+    #: The store's status digest of staging as sealed (:meth:`Storage.status_digest`),
+    #: or None: a committer finding the same digest need not check file by file.
+    listing: str | None = None
+    #: The folders below staging as this process's verification walked them (not part
+    #: of the document), so promotion need not walk staging again; None when unknown.
+    staging_folders: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
 
     @property
     def txn_id(self) -> str:
@@ -108,10 +114,14 @@ class Manifest:
 
     @cached_property  # a commit asks several times; the files never change
     def total_bytes(self) -> int:
+        if isinstance(self.files, SealedEntries):
+            return self.files.totals["bytes"]
         return sum(f.size for f in self.files)
 
     @cached_property
     def total_rows(self) -> int | None:
+        if isinstance(self.files, SealedEntries):
+            return self.files.totals["rows"]
         if not self.files or any(f.rows is None for f in self.files):
             return None
         return sum(f.rows for f in self.files)  # type: ignore[misc]
@@ -130,6 +140,7 @@ class Manifest:
                        "rows": self.total_rows},
             **({"fingerprints": self.fingerprints} if self.fingerprints else {}),
             **({"table_stats": self.table_stats} if self.table_stats else {}),
+            **({"listing": self.listing} if self.listing else {}),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -144,18 +155,25 @@ class Manifest:
     @classmethod
     def build(cls, *, namespace: str, target: str, epoch: str, attempt: int, staging: str,
               files: Iterable[FileEntry], fingerprints: str | None = None,
-              table_stats: str | None = None) -> Manifest:
+              table_stats: str | None = None, listing: str | None = None) -> Manifest:
         entries = tuple(sorted(files, key=lambda f: f.path))
         m = cls(namespace, target, epoch, attempt, staging, entries, fingerprints=fingerprints,
-                table_stats=table_stats)
+                table_stats=table_stats, listing=listing)
         return cls(namespace, target, epoch, attempt, staging, entries, m.created_at,
-                   digest_of(m.body()), fingerprints, table_stats)
+                   digest_of(m.body()), fingerprints, table_stats, listing)
 
     # -- parsing --------------------------------------------------------------
     @classmethod
-    def parse(cls, data: bytes | str | dict[str, Any], *, where: str = "manifest") -> Manifest:
-        """Parse and validate a manifest document (not yet against storage)."""
-        verified = None
+    def parse(cls, data: bytes | str | dict[str, Any], *, where: str = "manifest",
+              trusted: str | None = None) -> Manifest:
+        """Parse and validate a manifest document (not yet against storage).
+
+        ``trusted``: the digest of a manifest the caller validated in full before (the
+        sensor's pointer a commit holds).  When ``data`` is that canonical document, only
+        its header is decoded here; the file entries are decoded, and checked as always,
+        when first asked for — a commit whose staging is as sealed never asks.
+        """
+        verified = lazy = None
         if isinstance(data, dict):
             doc = data
         else:
@@ -164,11 +182,10 @@ class Manifest:
                                     f"{MAX_MANIFEST_BYTES} byte cap of a manifest")
             if isinstance(data, str):
                 data = data.encode("utf-8", "surrogatepass")
-            try:
-                doc, verified = _decode_canonical(data)
-            except (ValueError, UnicodeDecodeError) as exc:
-                raise ManifestError(
-                    f"{where} is not valid JSON ({exc.__class__.__name__})") from None
+            if trusted and (split := _split_trusted(data, trusted)) is not None:
+                doc, verified, lazy = _loads(split[0], where), trusted, split[1]
+            else:
+                doc, verified = _decode_canonical(data, where)
         if not isinstance(doc, dict):
             raise ManifestError(f"{where} is not a JSON object")
         if doc.get("format") != FORMAT:
@@ -197,27 +214,15 @@ class Manifest:
         except (KeyError, TypeError) as exc:
             raise ManifestError(f"{where} is missing or mistypes a required field "
                                 f"({exc.args[0] if exc.args else exc})") from None
-        entries = _entries(raw_files, where)
-        if len({e.path for e in entries}) != len(entries):
-            seen: set[str] = set()
-            for e in entries:
-                if e.path in seen:
-                    raise ManifestError(f"{where} lists {e.path!r} twice")
-                seen.add(e.path)
-        fingerprints = doc.get("fingerprints")
-        if fingerprints is not None and not (isinstance(fingerprints, str)
-                                             and fingerprints.startswith("sha256:")):
-            raise ManifestError(f"{where} has an invalid fingerprints digest")
-        table_stats = doc.get("table_stats")
-        if table_stats is not None and not (isinstance(table_stats, str)
-                                            and table_stats.startswith("sha256:")):
-            raise ManifestError(f"{where} has an invalid table_stats digest")
-        m = cls(namespace, target, epoch, attempt, staging, tuple(entries), float(created_at),
-                digest, fingerprints, table_stats)
-        expected_totals = {"files": m.total_files, "bytes": m.total_bytes, "rows": m.total_rows}
-        if totals != expected_totals:
-            raise ManifestError(f"{where} totals {totals} do not match its files "
-                                f"{expected_totals}")
+        sidecars = [doc.get(k) for k in ("fingerprints", "table_stats", "listing")]
+        for name, value in zip(("fingerprints", "table_stats", "listing"), sidecars, strict=True):
+            if value is not None and not (isinstance(value, str) and value.startswith("sha256:")):
+                raise ManifestError(f"{where} has an invalid {name} digest")
+        files: Sequence[FileEntry] = (
+            SealedEntries(lazy, _totals(totals, where), where) if lazy is not None
+            else _checked(_entries(raw_files, where), totals, where))
+        m = cls(namespace, target, epoch, attempt, staging, files,  # type: ignore[arg-type]
+                float(created_at), digest, *sidecars)
         if doc.get("txn_id") != m.txn_id:
             raise ManifestError(f"{where} txn_id {doc.get('txn_id')!r} does not match its "
                                 "transaction")
@@ -275,18 +280,11 @@ def _int(doc: dict[str, Any], key: str) -> int:
 _DIGEST_MEMBER = b',"digest":"sha256:'
 
 
-def _decode_canonical(data: bytes) -> tuple[dict[str, Any], str | None]:
-    """Parse a manifest's bytes; also return its digest when the bytes prove it.
-
-    A manifest is written as canonical JSON, so its body's canonical form (what the
-    digest is computed over) is the file's own bytes minus the ``"digest"`` member:
-    hashing those checks the digest without re-encoding the whole document, which is
-    a commit's largest CPU cost at 10,000 files.  Such a document is then parsed with
-    each well-formed file entry made a :class:`FileEntry` as the parser meets it (no
-    dict per entry: a third of the memory at 100,000 files).  When the bytes are not
-    in that form (written by another tool, edited), the caller gets plain JSON and
-    recomputes the digest the slow way.
-    """
+def _canonical_digest(data: bytes) -> str | None:
+    """The digest a canonical manifest's bytes prove: its body's canonical form is the
+    file's own bytes minus the ``"digest"`` member, so hashing those checks the digest
+    without decoding or re-encoding the document (a commit's largest CPU cost at 10,000
+    files).  None when the bytes are not in that form (another tool, an edit)."""
     start = data.find(_DIGEST_MEMBER)
     end = start + len(_DIGEST_MEMBER) + 64
     if start > 0 and data[end:end + 1] == b'"':
@@ -295,22 +293,143 @@ def _decode_canonical(data: bytes) -> tuple[dict[str, Any], str | None]:
         sha.update(view[end + 1:])
         claimed = "sha256:" + bytes(view[start + len(_DIGEST_MEMBER):end]).decode("latin-1")
         if "sha256:" + sha.hexdigest() == claimed:
-            doc = json.loads(data, object_hook=_entry_or_dict)
-            if isinstance(doc, dict) and doc.get("digest") == claimed:
-                return doc, claimed
-    return json.loads(data), None
+            return claimed
+    return None
 
 
-def _entry_or_dict(obj: dict[str, Any]) -> Any:
-    """A JSON object that is a well-formed file entry, as a :class:`FileEntry`; any other
-    as it is (a malformed entry is refused later, by :func:`_entry`, with its reason)."""
-    if len(obj) == 4 and "rows" in obj:
-        path, size, checksum, rows = (obj.get("path"), obj.get("size"), obj.get("checksum"),
-                                      obj["rows"])
+def _loads(data: bytes, where: str, hook: Any = None) -> Any:
+    """JSON from a manifest's bytes (``hook``: :func:`_dict` unless given), or one
+    :class:`ManifestError` saying why not."""
+    try:
+        return json.loads(data, object_pairs_hook=hook or _dict)
+    except RepeatedKey as exc:
+        raise ManifestError(f"{where} repeats the key {exc.args[0]!r} in one object; JSON "
+                            "parsers disagree on which value counts") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"{where} is not valid JSON ({exc.__class__.__name__})") from None
+
+
+def _decode_canonical(data: bytes, where: str) -> tuple[dict[str, Any], str | None]:
+    """Parse a manifest's bytes; also return its digest when the bytes prove it
+    (:func:`_canonical_digest`).  Such a document is parsed with each well-formed file
+    entry made a :class:`FileEntry` as the parser meets it (no dict per entry: a third
+    of the memory at 100,000 files); any other is plain JSON, and the caller recomputes
+    the digest the slow way."""
+    claimed = _canonical_digest(data)
+    if claimed is not None:
+        doc = _loads(data, where, _entry_or_dict)
+        if isinstance(doc, dict) and doc.get("digest") == claimed:
+            return doc, claimed
+    return _loads(data, where), None
+
+
+#: What follows the digest member in a canonical manifest (keys sorted: ``created_at``,
+#: ``digest``, ``files``), and what ends ``files`` (``fingerprints`` or ``format`` come
+#: next; no entry holds a list, and a quote inside a path is escaped).
+_FILES_OPEN, _FILES_CLOSE = b',"files":[', b'],"f'
+
+
+def _split_trusted(data: bytes, trusted: str) -> tuple[bytes, bytes] | None:
+    """A canonical manifest whose bytes prove the digest ``trusted``, as its header
+    (``files`` emptied) and the bytes of its ``files`` array; None otherwise."""
+    if _canonical_digest(data) != trusted:
+        return None
+    start = data.find(_DIGEST_MEMBER) + len(_DIGEST_MEMBER) + 65
+    if not data.startswith(_FILES_OPEN, start):
+        return None
+    first = start + len(_FILES_OPEN)
+    close = data.find(_FILES_CLOSE, first - 1)
+    if close < 0:
+        return None
+    return data[:first] + data[close:], data[first - 1:close + 1]
+
+
+class SealedEntries(Sequence[FileEntry]):
+    """The file entries of a manifest parsed with ``trusted`` (:meth:`Manifest.parse`):
+    counted from its totals, decoded and checked as any manifest's the first time they
+    are iterated or indexed (a :class:`ManifestError` then, as from a full parse)."""
+
+    def __init__(self, data: bytes, totals: dict[str, Any], where: str) -> None:
+        self.totals, self._data, self._where = totals, data, where
+        self._files: tuple[FileEntry, ...] | None = None
+
+    def _decoded(self) -> tuple[FileEntry, ...]:
+        if self._files is None:
+            raw = _loads(self._data, self._where, _entry_or_dict)
+            self._files = _checked(_entries(raw, self._where), self.totals, self._where)
+        return self._files
+
+    def __len__(self) -> int:
+        return self.totals["files"]
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._decoded()[index]
+
+    def __iter__(self) -> Iterator[FileEntry]:
+        return iter(self._decoded())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _totals(totals: dict[str, Any], where: str) -> dict[str, Any]:
+    """``totals`` of a manifest whose files are not decoded yet, checked for shape."""
+    try:
+        if totals.keys() != {"files", "bytes", "rows"} or totals["rows"] is not None \
+                and _int(totals, "rows") < 0:
+            raise TypeError("totals")
+        _int(totals, "files")
+        _int(totals, "bytes")
+    except TypeError:
+        raise ManifestError(f"{where} has malformed totals {totals}") from None
+    return totals
+
+
+def _checked(entries: list[FileEntry], totals: dict[str, Any], where: str
+             ) -> tuple[FileEntry, ...]:
+    """The entries, refused if a path repeats or ``totals`` are not their sums."""
+    if len({e.path for e in entries}) != len(entries):
+        seen: set[str] = set()
+        for e in entries:
+            if e.path in seen:
+                raise ManifestError(f"{where} lists {e.path!r} twice")
+            seen.add(e.path)
+    rows = None if not entries or any(e.rows is None for e in entries) else \
+        sum(e.rows for e in entries)  # type: ignore[misc]
+    expected = {"files": len(entries), "bytes": sum(e.size for e in entries), "rows": rows}
+    if totals != expected:
+        raise ManifestError(f"{where} totals {totals} do not match its files {expected}")
+    return tuple(entries)
+
+
+class RepeatedKey(ValueError):
+    """A JSON object names a key twice: parsers disagree on which value counts (Python's
+    keeps the last, others the first), so no such document has one meaning."""
+
+
+def _entry_or_dict(pairs: list[tuple[str, Any]]) -> Any:
+    """A JSON object that is a well-formed file entry, in canonical key order, as a
+    :class:`FileEntry`; any other as a dict (a malformed entry is refused later, by
+    :func:`_entry`, with its reason); :class:`RepeatedKey` if a key repeats."""
+    if len(pairs) == 4 and pairs[0][0] == "checksum" and pairs[1][0] == "path" \
+            and pairs[2][0] == "rows" and pairs[3][0] == "size":
+        (_, checksum), (_, path), (_, rows), (_, size) = pairs
         if type(path) is str and _PLAIN(path) and type(size) is int and size >= 0 \
                 and type(checksum) is str and _CHECKSUM_OK(checksum) \
                 and (rows is None or (type(rows) is int and rows >= 0)):
             return FileEntry(path, size, checksum, rows)
+        return dict(pairs)
+    return _dict(pairs)
+
+
+def _dict(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object as a dict; :class:`RepeatedKey` if a key repeats."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise RepeatedKey(next(k for i, (k, _) in enumerate(pairs)
+                               if any(k == j for j, _ in pairs[:i])))
     return obj
 
 

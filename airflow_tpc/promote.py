@@ -185,7 +185,7 @@ class RenameSwap(Strategy):
                version: str | None) -> bool:
         # Serialised by the promotion lock: check-then-swap cannot interleave.
         storage = layout.storage
-        _drop_hidden_folders(layout, staging)
+        _drop_hidden_folders(layout, staging, manifest.staging_folders)
         crashpoint("promote.before_marker")
         storage.put(storage.join(staging, PUBLISHED_MARKER), json.dumps(marker_doc(
             manifest, self.name, **marker_listing(layout, manifest, staging, dst))).encode())
@@ -199,7 +199,8 @@ class RenameSwap(Strategy):
         layout.remove_staging(epoch, attempt)  # now the displaced old epoch, if any
 
 
-def _drop_hidden_folders(layout: Layout, staging: str) -> None:
+def _drop_hidden_folders(layout: Layout, staging: str,
+                         folders: tuple[str, ...] | None = None) -> None:
     """Remove hidden folders (``_temporary/``, ``.spark-staging-*``...) from staging
     before it becomes the published epoch folder: a failed or straggling Spark task
     leaves its part files there, never in the manifest, and a reader that does not
@@ -207,17 +208,30 @@ def _drop_hidden_folders(layout: Layout, staging: str) -> None:
     Hidden files (``_SUCCESS``, ``.crc``, the manifest) stay: no glob of data files
     matches them, and some consumers wait for ``_SUCCESS``.
 
-    A walk of folders only (no file is stat'ed): the commit's verification already
-    made the one full listing of staging a commit needs."""
+    ``folders``: staging's folders as the commit's verification walked them (relative),
+    when it did; otherwise a walk of folders only (no file is stat'ed): the
+    verification already made the one full listing of staging a commit needs."""
     storage = layout.storage
     doomed: list[str] = []
-    pending = [staging]
+    if folders is not None:
+        doomed = [storage.join(staging, rel) for rel in folders if _hidden_at(rel) == "last"]
+    pending = [staging] if folders is None else []
     while pending:
         folder = pending.pop()
         for name in storage.list_dirs(folder):
             (doomed if name[:1] in ("_", ".") else pending).append(storage.join(folder, name))
     for folder in sorted(doomed):
         storage.delete_prefix(folder)
+
+
+def _hidden_at(rel: str) -> str | None:
+    """Where the first hidden part of a relative folder path is: "last" (the folder
+    itself is hidden, nothing above it), "above", or None (not hidden)."""
+    parts = rel.split("/")
+    for i, part in enumerate(parts):
+        if part[:1] in ("_", "."):
+            return "last" if i == len(parts) - 1 else "above"
+    return None
 
 
 class CopyThenSwapMarker(Strategy):

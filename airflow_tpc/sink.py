@@ -20,6 +20,7 @@ group overrides or calls.  The rest stands in one module each, under it:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -49,6 +50,7 @@ from .sink_maintenance import Progress, SinkMaintenance
 from .sink_queries import SinkQueries
 from .staging import (
     FINGERPRINTS_NAME,
+    SEAL_NAMES,
     TABLE_STATS_NAME,
     checksum_for,
     digest_bytes,
@@ -163,6 +165,7 @@ class Sink(SinkMaintenance, SinkQueries):
                               "damaged)")
         self._warn_age(txn)
         staging = self.layout.check_staging(txn.epoch, txn.attempt)
+        listing = self.storage.list(staging) if listing is None else listing
         staged = list_staged(self.storage, staging, listing)
         existing = self.read_manifest(txn)
         if existing is not None:
@@ -182,7 +185,9 @@ class Sink(SinkMaintenance, SinkQueries):
         manifest = Manifest.build(namespace=txn.namespace, target=txn.target, epoch=txn.epoch,
                                   attempt=txn.attempt, staging=txn.staging_uri, files=entries,
                                   fingerprints=digest_bytes(prints) if prints else None,
-                                  table_stats=digest_bytes(stats) if stats else None)
+                                  table_stats=digest_bytes(stats) if stats else None,
+                                  listing=self.storage.status_digest_of(staging, listing,
+                                                                        SEAL_NAMES))
         data = manifest.to_json_bytes()
         if len(data) > MAX_MANIFEST_BYTES:
             raise ManifestError(f"{txn.txn_id} staged {manifest.total_files} files: its "
@@ -287,7 +292,7 @@ class Sink(SinkMaintenance, SinkQueries):
                       "stale; if a newer run already rewrote this epoch, that output is lost",
                       txn.txn_id, txn.age(), txn.timeout_s)
         self._warn_age(txn)
-        manifest = self.read_manifest(txn)
+        manifest = self.read_manifest(txn, trusted=expected_digest)
         if manifest is None:
             raise InvalidState(f"cannot commit {txn.txn_id}: it is not pre-committed (no "
                                f"manifest at {self.manifest_uri(txn)})")
@@ -296,9 +301,11 @@ class Sink(SinkMaintenance, SinkQueries):
                                 f"{manifest.digest}, but {expected_digest} was validated: it "
                                 "changed after pre-commit")
         self._check_before_decision(txn, manifest)
-        verify_against_storage(self.storage, self.layout.check_staging(txn.epoch, txn.attempt),
-                               manifest, self.config.verify,
-                               seal=self.layout.sealed(txn.epoch, txn.attempt))
+        folders = verify_against_storage(
+            self.storage, self.layout.check_staging(txn.epoch, txn.attempt), manifest,
+            self.config.verify, seal=self.layout.sealed(txn.epoch, txn.attempt))
+        if folders is not None:
+            manifest = dataclasses.replace(manifest, staging_folders=folders)
         return manifest, CommitDecision.for_manifest(
             manifest, decided_at=time.time(), mode=self.config.promotion,
             verify=self.config.verify, forced=bool(force and txn.expired()),

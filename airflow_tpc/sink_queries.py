@@ -57,13 +57,14 @@ class SinkQueries(SinkFinish):
         return self.storage.uri(self.storage.join(self.layout.sealed(txn.epoch, txn.attempt),
                                                   MANIFEST_NAME))
 
-    def read_manifest(self, txn: Transaction) -> Manifest | None:
-        """The attempt's pre-commit manifest, validated; None if not pre-committed yet."""
+    def read_manifest(self, txn: Transaction, trusted: str | None = None) -> Manifest | None:
+        """The attempt's pre-commit manifest, validated; None if not pre-committed yet.
+        ``trusted``: the digest of it the caller validated before (:meth:`Manifest.parse`)."""
         seal = self.layout.sealed(txn.epoch, txn.attempt)
         data = self.storage.read_bytes(self.storage.join(seal, MANIFEST_NAME))
         if data is None:
             return None
-        manifest = Manifest.parse(data, where=f"manifest of {txn.txn_id}")
+        manifest = Manifest.parse(data, where=f"manifest of {txn.txn_id}", trusted=trusted)
         manifest.check_transaction(namespace=txn.namespace, target=txn.target, epoch=txn.epoch,
                                    attempt=txn.attempt, staging=txn.staging_uri)
         return manifest

@@ -33,6 +33,10 @@ _R = TypeVar("_R")
 FINGERPRINTS_NAME = "_tpc_fingerprints.json"
 #: A table target's per-file statistics, sealed by the manifest's ``table_stats`` digest.
 TABLE_STATS_NAME = "_tpc_table_stats.json"
+#: What a seal may put into staging itself (when it is the seal's folder): left out of
+#: the status digest that pre-commit seals and a commit compares (the status before the
+#: seal was written and after must agree).
+SEAL_NAMES = frozenset({MANIFEST_NAME, FINGERPRINTS_NAME, TABLE_STATS_NAME})
 #: Threads that hash staged files.  hashlib and file reads release the GIL, so a
 #: few threads overlap I/O and hashing of the large files Spark writes.
 HASH_THREADS = 8
@@ -152,7 +156,8 @@ def digest_bytes(data: bytes) -> str:
 
 
 def verify_against_storage(storage: Storage, staging: str, manifest: Manifest,
-                           verify: str = "fingerprint", *, seal: str | None = None) -> None:
+                           verify: str = "fingerprint", *, seal: str | None = None
+                           ) -> tuple[str, ...] | None:
     """Refuse a manifest whose files are not exactly what staging holds.
 
     Always: no file missing, none unlisted, sizes equal.  Then by ``verify``:
@@ -161,7 +166,20 @@ def verify_against_storage(storage: Storage, staging: str, manifest: Manifest,
     inode or the ctime), falling back to re-hashing if no fingerprints were
     sealed; ``"checksum"`` re-hashes every local file; ``"size"`` stops here.
     ``seal``: the folder of the sealed sidecars when not ``staging`` (a ledger apart).
+
+    First, where the store has a status digest (a local disk) and ``verify`` is not
+    ``"checksum"``: staging's digest now equal to the one sealed in the manifest means
+    no file came, went or moved since pre-commit, which checked these very files
+    against the manifest's entries — nothing more to compare (the entries are not even
+    decoded, see :meth:`Manifest.parse`); the folders that walk found are returned, so
+    promotion need not walk staging again.  Otherwise, file by file (None returned):
     """
+    if manifest.listing and verify != "checksum":
+        now = storage.status_digest(staging, SEAL_NAMES)
+        if now is not None and now.digest == manifest.listing \
+                and (now.visible_files, now.visible_bytes) == (manifest.total_files,
+                                                               manifest.total_bytes):
+            return now.folders
     staged = list_staged(storage, staging)
     # No copy of either side (sets of 100,000 paths are a commit's memory): membership
     # tests, and the unlisted files looked for only when the counts differ.
@@ -184,18 +202,18 @@ def verify_against_storage(storage: Storage, staging: str, manifest: Manifest,
         # The common case without reading the sealed file: staging's status now, sealed
         # the way pre-commit sealed it, has the digest the manifest names.
         if manifest.fingerprints and fingerprints_digest(staged) == manifest.fingerprints:
-            return
+            return None
         prints = _sealed_fingerprints(storage, seal or staging, manifest)
         if prints is not None:
             # Only files whose status moved are read: a restored copy with the sealed
             # bytes passes, a rewrite does not.
             moved = [e for e in manifest.files if staged[e.path].fingerprint != prints.get(e.path)]
             on_threads(lambda e: _check_checksum(storage, staged[e.path], e), moved)
-            return
+            return None
         verify = "checksum"  # nothing sealed to compare with: read the bytes
     if verify in ("checksum", "fingerprint"):
         on_threads(lambda e: _check_checksum(storage, staged[e.path], e), manifest.files)
-
+    return None
 
 def _sealed_fingerprints(storage: Storage, staging: str,
                          manifest: Manifest) -> dict[str, str] | None:

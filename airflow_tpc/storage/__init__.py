@@ -6,11 +6,12 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ..errors import UnsupportedStorage
-from .base import ObjectInfo, Storage
+from .base import ObjectInfo, StatusDigest, Storage
 from .local import LocalStorage
 from .s3 import S3Storage
 
-__all__ = ["ObjectInfo", "Storage", "LocalStorage", "S3Storage", "open_storage", "storage_class"]
+__all__ = ["ObjectInfo", "StatusDigest", "Storage", "LocalStorage", "S3Storage", "open_storage",
+           "storage_class"]
 
 
 def storage_class(uri: str) -> type[Storage]:

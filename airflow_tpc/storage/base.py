@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
@@ -40,6 +40,18 @@ class ObjectInfo(NamedTuple):
     #: mtime and ctime in ns: a rewrite, even one that restores the mtime, moves
     #: the ctime); None where the store has none (an ETag serves instead).
     fingerprint: str | None = None
+
+
+class StatusDigest(NamedTuple):
+    """What :meth:`Storage.status_digest` found below a prefix."""
+
+    digest: str
+    #: Every folder below the prefix, relative to it ("a", "a/b"), in walk order.
+    folders: tuple[str, ...]
+    #: How many files, and bytes, have no part of their path starting with "_" or "."
+    #: (what Hadoop-convention readers see).
+    visible_files: int
+    visible_bytes: int
 
 
 class Storage(ABC):
@@ -104,6 +116,21 @@ class Storage(ABC):
     @abstractmethod
     def list_dirs(self, prefix: str) -> list[str]:
         """Names of the immediate sub-directories of ``prefix``."""
+
+    def status_digest(self, prefix: str, skip: Container[str] = ()) -> StatusDigest | None:
+        """A digest of the status of every file below ``prefix`` (names, inodes, sizes,
+        times, links) in one pass that keeps nothing per file, and the folders the pass
+        walked; None where the store has none (the default: callers then check file by
+        file).  Files named in ``skip`` directly below ``prefix`` are left out.  Equal
+        digests mean nothing below changed; a digest of :meth:`list`'s own result
+        (:meth:`status_digest_of`) equals this one while the tree is unchanged."""
+        return None
+
+    def status_digest_of(self, prefix: str, listing: Iterable[ObjectInfo],
+                         skip: Container[str] = ()) -> str | None:
+        """:meth:`status_digest` of the tree ``listing`` (a result of :meth:`list`)
+        showed; None where the store has none."""
+        return None
 
     def exists(self, path: str) -> bool:
         return self.read_bytes(path) is not None
