@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .errors import LedgerError, StorageError
+from .errors import LedgerError, ManifestError, StorageError
 from .ledger import MAX_RECORD_BYTES, Layout
 from .manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest
 
@@ -75,12 +75,7 @@ def decode_marker(layout: Layout, epoch: str, data: bytes | None, *,
                           f"{epoch!r}; it was copied or edited by hand")
     staging = layout.staging(epoch, doc["attempt"])
     if "files" not in doc:
-        named = _named_manifest(layout, epoch, staging, doc["manifest"])
-        if named is None:
-            raise LedgerError(f"published marker {where} names the manifest "
-                              f"{doc['manifest']!r}, neither in epoch {epoch}'s published "
-                              f"folder nor in attempt {doc['attempt']}'s staging; it was "
-                              "copied or edited by hand")
+        named = _v2_manifest(layout, epoch, doc, where)
         if files:
             doc["files"] = _files_of(layout, doc, named, where)
         return doc
@@ -94,14 +89,17 @@ def decode_marker(layout: Layout, epoch: str, data: bytes | None, *,
     return doc
 
 
-def _named_manifest(layout: Layout, epoch: str, staging: str, name: str) -> str | None:
-    """The store path of the manifest a version-2 marker names, if it names one of the
-    only two it may: in the published folder, or in the staging of its attempt."""
+def _v2_manifest(layout: Layout, epoch: str, doc: dict[str, Any], where: str) -> str:
+    """The store path of the manifest a version-2 marker names, refused unless it is one
+    of the only two it may be: in the published folder, or in its attempt's staging."""
+    staging = layout.staging(epoch, doc["attempt"])
     for folder in (layout.published_dir(epoch), staging):
         path = layout.storage.join(folder, MANIFEST_NAME)
-        if name == rel_to_root(layout, path):
+        if doc["manifest"] == rel_to_root(layout, path):
             return path
-    return None
+    raise LedgerError(f"published marker {where} names the manifest {doc['manifest']!r}, "
+                      f"neither in epoch {epoch}'s published folder nor in attempt "
+                      f"{doc['attempt']}'s staging; it was copied or edited by hand")
 
 
 def _files_of(layout: Layout, marker: dict[str, Any], path: str,
@@ -111,7 +109,12 @@ def _files_of(layout: Layout, marker: dict[str, Any], path: str,
     marker published (its digest)."""
     data = layout.storage.read_bytes(path)
     uri = layout.storage.uri(path)
-    manifest = None if data is None else Manifest.parse(data, where=uri)
+    try:
+        manifest = None if data is None else Manifest.parse(data, where=uri)
+    except ManifestError as exc:  # damaged: read again, as after a switch, then refused
+        raise MarkerMoved(f"published marker {where} publishes the manifest of digest "
+                          f"{marker['manifest_digest']}, but the manifest it names is "
+                          f"damaged: {exc}") from None
     if manifest is None or manifest.digest != marker["manifest_digest"]:
         found = "missing" if manifest is None else f"of digest {manifest.digest}"
         raise MarkerMoved(f"published marker {where} publishes the manifest of digest "
@@ -180,14 +183,13 @@ def marker_listing(layout: Layout, manifest: Manifest, staging: str,
 
 def marker_files(layout: Layout, epoch: str,
                  current: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The files of a marker :func:`_decode_marker` read with or without them."""
+    """The files of a marker :func:`decode_marker` read with or without them."""
     if current is None:
         return []
     if "files" not in current:
         where = layout.storage.uri(layout.marker(epoch))
-        named = _named_manifest(layout, epoch, layout.staging(epoch, current["attempt"]),
-                                current["manifest"])
-        current["files"] = _files_of(layout, current, named or "", where)
+        current["files"] = _files_of(layout, current, _v2_manifest(layout, epoch, current,
+                                                                   where), where)
     files: list[dict[str, Any]] = current["files"]
     return files
 

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .errors import (
+    LedgerError,
     ManifestError,
     PlacementError,
     StorageError,
@@ -140,8 +141,17 @@ def check_displaced(layout: Layout, epoch: str, dst: str,
             f"{claim}), which replacing the folder would delete. Nothing was changed; move "
             "that target out of the epoch folder and run the commit (or recover) again.")
     own = f"epoch={epoch}/"
-    known = {f["path"][len(own):] for f in marker_files(layout, epoch, current)
-             if str(f.get("path", "")).startswith(own)}
+    if current is not None and current.get("mode") == "manifest":
+        known: set[str] = set()  # its files stay in staging: nothing of it is in dst
+    else:
+        try:  # for a warning only: a lost or damaged published manifest is no reason
+            known = {f["path"][len(own):] for f in marker_files(layout, epoch, current)
+                     if str(f.get("path", "")).startswith(own)}
+        except LedgerError as exc:
+            log.warning("epoch %s of %s: the files it published are unknown (%s); the "
+                        "commit replaces the epoch whole", epoch, storage.uri(layout.root),
+                        exc)
+            return
     by_hand = [rel for rel in listed if rel not in known and rel != PUBLISHED_MARKER
                and tag_of(rel) is None
                and not any(part[:1] in ("_", ".") for part in rel.split("/"))]

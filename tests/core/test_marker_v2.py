@@ -115,3 +115,29 @@ def test_a_version_1_marker_of_an_earlier_build_is_read(tmp_path):
     sink.commit(txn2)
     assert _marker(sink, "1")["version"] == 2
     assert committed_contents(sink)["1"] == [b"A2"]
+
+
+@pytest.mark.parametrize("promotion", ["move", "manifest"])
+@pytest.mark.parametrize("damage", ["deleted", "truncated"])
+def test_a_rerun_repairs_an_epoch_whose_published_manifest_is_lost(tmp_path, promotion,
+                                                                  damage):
+    """Readers refuse an epoch whose named manifest is lost or damaged; committing the
+    epoch again is the repair, so the commit must not need that manifest (it only
+    named the files put there by hand in a warning)."""
+    sink = Sink(str(tmp_path / "t"), "ns", config=SinkConfig(promotion=promotion))
+    txn, _ = stage(sink, "1", {"a.parquet": b"A", "b/c.parquet": b"C"})
+    sink.commit(txn)
+    folder = sink.layout.published_dir("1") if promotion == "move" \
+        else sink.layout.staging("1", txn.attempt)
+    path = sink.storage.join(folder, MANIFEST_NAME)
+    if damage == "deleted":
+        sink.storage.delete_files([path])
+    else:
+        sink.storage.put(path, sink.storage.read_bytes(path)[:50])
+    with pytest.raises(LedgerError, match="missing|damaged"):
+        sink.committed_files()
+    txn2, _ = stage(sink, "1", {"a.parquet": b"A2"})
+    assert sink.commit(txn2).outcome == "committed"
+    assert committed_contents(sink) == {"1": [b"A2"]}
+    assert sink.recover() is not None
+    assert committed_contents(sink) == {"1": [b"A2"]}
