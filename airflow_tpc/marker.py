@@ -172,13 +172,12 @@ def marker_listing(layout: Layout, manifest: Manifest, staging: str,
              folder: str) -> dict[str, Any]:
     """How a marker gives its files when the manifest ends up in ``folder`` with the
     staged files (a local exchange moves staging there; manifest mode leaves both in
-    staging): it names the manifest (version 2).  A manifest sealed apart from staging
-    (a ledger apart) does not travel with the files: the marker lists them (version 1)."""
-    storage = layout.storage
-    if layout.sealed(manifest.epoch, manifest.attempt) == staging:
-        return {"manifest_path": rel_to_root(layout, storage.join(folder, MANIFEST_NAME))}
-    return {"paths": [rel_to_root(layout, storage.join(folder, f.path))
-                      for f in manifest.files]}
+    staging): it names the manifest (version 2).  Only a table's seal lies apart from
+    its staging (a ledger apart), and tables write their own markers."""
+    if layout.sealed(manifest.epoch, manifest.attempt) != staging:
+        raise LedgerError(f"the seal of {manifest.txn_id} lies apart from its staging, "
+                          "which only a table's may; its marker cannot name its manifest")
+    return {"manifest_path": rel_to_root(layout, layout.storage.join(folder, MANIFEST_NAME))}
 
 
 def marker_files(layout: Layout, epoch: str,
