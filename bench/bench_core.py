@@ -6,7 +6,8 @@
 1. **Local commit** of one epoch (1k / 10k files; 100k in the full run), interleaved per
    repetition, order rotating: *floor* = one ``os.scandir`` + ``DirEntry.stat`` pass over
    the staged files (what any commit that checks each file must do); *tpc* =
-   ``sink.commit(txn)`` alone (begin, staging, precommit done untimed), default settings
+   ``sink.commit(txn, expected_digest=...)`` alone, as CommitOperator calls it with the
+   digest its sensor validated (begin, staging, precommit done untimed), default settings
    and each other ``verify`` mode; *v1* = Hadoop's real ``FileOutputCommitter.commitJob``
    (algorithm 1, Spark's default) from pyspark's jars through py4j on the same files;
    *v2* for reference up to 10k files. Ratios: tpc / floor and tpc / v1, paired per rep.
@@ -147,8 +148,18 @@ def staged(pool: FilePool, target: str, variant: str = "tpc", epoch: str = EPOCH
                    else local(txn.staging_uri))
 
 
-def commit(sink: Sink, txn: Transaction) -> float:
-    t, result = h.timed(lambda: sink.commit(txn))
+def sealed_digest(sink: Sink, txn: Transaction) -> str:
+    """The manifest's digest, as the sensor's pointer hands it to CommitOperator."""
+    manifest = sink.read_manifest(txn)
+    assert manifest is not None
+    return manifest.digest
+
+
+def commit(sink: Sink, txn: Transaction, digest: str | None = None) -> float:
+    """``sink.commit`` as CommitOperator calls it: with the digest its sensor validated
+    (read here, untimed, when not given)."""
+    digest = digest or sealed_digest(sink, txn)
+    t, result = h.timed(lambda: sink.commit(txn, expected_digest=digest))
     if result.outcome != "committed":
         raise RuntimeError(f"commit outcome {result.outcome}")
     return t
@@ -233,7 +244,8 @@ def profile_commit(pool: FilePool, work: str, top: int = 10) -> list[list[Any]]:
     base = tempfile.mkdtemp(prefix="profile-", dir=work)
     prof = cProfile.Profile()
     with staged(pool, os.path.join(base, "t")) as (sink, txn):
-        prof.runcall(sink.commit, txn)
+        digest = sealed_digest(sink, txn)
+        prof.runcall(sink.commit, txn, expected_digest=digest)
     shutil.rmtree(base)
     rows = []
     for (file, line, func), (_cc, calls, own, cum, _) in \
@@ -301,10 +313,11 @@ def child_commit(doc: dict[str, Any]) -> dict[str, Any]:
     with ``trace``, its tracemalloc peak (Python allocations only; slower, so apart)."""
     sink = Sink(doc["target"], NAMESPACE)
     txn = sink.transaction(doc["epoch"], doc["attempt"])
+    digest = sealed_digest(sink, txn)
     gc.collect()
     if doc.get("trace"):
         tracemalloc.start()
-        t = commit(sink, txn)
+        t = commit(sink, txn, digest)
         return {"heap_peak": tracemalloc.get_traced_memory()[1], "seconds": t}
     base = _status_kib("VmRSS") * 1024
     try:  # reset the high-water mark to the current RSS (Linux >= 4.0)
@@ -313,7 +326,7 @@ def child_commit(doc: dict[str, Any]) -> dict[str, Any]:
         method = "VmHWM after the commit, reset just before it (clear_refs 5)"
     except OSError:
         method = "ru_maxrss after the commit (the child's high-water mark since its start)"
-    t = commit(sink, txn)
+    t = commit(sink, txn, digest)
     peak = (_status_kib("VmHWM") * 1024 if method.startswith("VmHWM") else
             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
     return {"rss_base": base, "rss_peak": peak, "added": peak - base, "method": method,
