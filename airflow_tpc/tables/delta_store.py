@@ -133,7 +133,7 @@ def log_paths(storage: Storage, log_dir: str, uri: str) -> set[str]:
         raise
     except Exception as exc:
         raise StorageError(f"cannot read the log of Delta table {uri}: "
-                           f"{type(exc).__name__}: {exc}") from None
+                           f"{type(exc).__name__}: {first_line(exc)}") from None
     return paths
 
 

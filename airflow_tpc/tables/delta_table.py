@@ -261,8 +261,6 @@ class DeltaLakeTable(TableTarget):
         """A file's URI (``file:///…``, ``s3://…``) as a path of :meth:`arrow_filesystem`."""
         return norm_uri(uri) if uri.startswith("file://") else uri[len("s3://"):]
 
-    footers = TableTarget.read_footers  # the name it had first
-
     def table_key(self, table: DeltaTable | None,
                   scope: Scope = EPOCH_SCOPE) -> dict[str, Any] | None:
         """What the check depends on: the table's id, schema and partition columns."""
