@@ -40,7 +40,8 @@ def get_provider_info() -> dict[str, Any]:
         }],
         "hooks": [{
             "integration-name": "airflow-tpc",
-            "python-modules": ["airflow_tpc.airflow.hooks"],
+            "python-modules": ["airflow_tpc.airflow.hooks", "airflow_tpc.airflow.base_hook",
+                               "airflow_tpc.airflow.catalog_hook"],
         }],
         # The catalog connection of table targets, declared here (Airflow 3.2+ reads the
         # form from provider info; no hook method, no wtforms import).
