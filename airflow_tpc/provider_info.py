@@ -26,7 +26,8 @@ def get_provider_info() -> dict[str, Any]:
         }],
         "operators": [{
             "integration-name": "airflow-tpc",
-            "python-modules": ["airflow_tpc.airflow.operators", "airflow_tpc.airflow.groups"],
+            "python-modules": ["airflow_tpc.airflow.operators", "airflow_tpc.airflow.submit",
+                               "airflow_tpc.airflow.groups"],
         }],
         "sensors": [{
             "integration-name": "airflow-tpc",

@@ -28,12 +28,8 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_tpc import InvalidState, TpcError, Transaction
 from airflow_tpc.airflow.hooks import SinkArgs, TpcHook, is_table_target
 from airflow_tpc.airflow.metrics import ABORTS
-from airflow_tpc.airflow.operators import (
-    StagedSparkSubmitOperator,
-    _owner,
-    job_payload,
-    target_asset,
-)
+from airflow_tpc.airflow.operators import target_asset
+from airflow_tpc.airflow.submit import StagedSparkSubmitOperator, _owner, job_payload
 from airflow_tpc.group import Group, GroupTransaction
 from airflow_tpc.storage import storage_class
 
