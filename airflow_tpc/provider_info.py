@@ -26,7 +26,8 @@ def get_provider_info() -> dict[str, Any]:
         }],
         "operators": [{
             "integration-name": "airflow-tpc",
-            "python-modules": ["airflow_tpc.airflow.operators", "airflow_tpc.airflow.groups"],
+            "python-modules": ["airflow_tpc.airflow.operators", "airflow_tpc.airflow.submit",
+                               "airflow_tpc.airflow.groups"],
         }],
         "sensors": [{
             "integration-name": "airflow-tpc",
@@ -40,7 +41,8 @@ def get_provider_info() -> dict[str, Any]:
         }],
         "hooks": [{
             "integration-name": "airflow-tpc",
-            "python-modules": ["airflow_tpc.airflow.hooks"],
+            "python-modules": ["airflow_tpc.airflow.hooks", "airflow_tpc.airflow.base_hook",
+                               "airflow_tpc.airflow.catalog_hook"],
         }],
         # The catalog connection of table targets, declared here (Airflow 3.2+ reads the
         # form from provider info; no hook method, no wtforms import).

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 _EXPORTS = {
-    "StagedSparkSubmitOperator": "airflow_tpc.airflow.operators",
+    "StagedSparkSubmitOperator": "airflow_tpc.airflow.submit",
     "CommitOperator": "airflow_tpc.airflow.operators",
     "AbortOperator": "airflow_tpc.airflow.operators",
     "target_asset": "airflow_tpc.airflow.operators",

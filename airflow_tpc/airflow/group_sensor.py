@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_tpc.airflow.groups import (
+from airflow_tpc.airflow.group_base import (
     GROUP_TEMPLATE_FIELDS,
     GROUP_XCOM_KEY,
     GroupArgs,

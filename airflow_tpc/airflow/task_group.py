@@ -9,14 +9,9 @@ from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import Asset, BaseOperator, TaskGroup
 
 from airflow_tpc import SinkConfig
-from airflow_tpc.airflow.operators import (
-    DEFAULT_EPOCH,
-    AbortOperator,
-    CommitOperator,
-    StagedSparkSubmitOperator,
-    target_asset,
-)
+from airflow_tpc.airflow.operators import AbortOperator, CommitOperator, target_asset
 from airflow_tpc.airflow.sensors import PrecommitSensor
+from airflow_tpc.airflow.submit import DEFAULT_EPOCH, StagedSparkSubmitOperator
 
 
 def exactly_once_spark_group(
