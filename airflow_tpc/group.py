@@ -59,7 +59,8 @@ from .group_records import (
     GroupStatus,
     GroupTransaction,
 )
-from .ledger import TPC_DIR, AttemptRecords, Ledger, check_attempt, check_epoch
+from .layout import TPC_DIR, check_attempt, check_epoch
+from .ledger import AttemptRecords, Ledger
 from .manifest import Manifest
 from .records import BEGIN, CLOSED, DECISION, PUBLISHED, Begin
 from .sink import Sink

@@ -41,7 +41,7 @@ from .group_records import (
     GroupCommit,
     GroupTransaction,
 )
-from .ledger import EPOCH_RE
+from .layout import EPOCH_RE
 from .manifest import FORMAT as MANIFEST_FORMAT
 from .manifest import VERSION as MANIFEST_VERSION
 from .manifest import FileEntry

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..errors import TpcError
 from ..group_records import MEMBER_RE
-from ..ledger import check_attempt, check_epoch
+from ..layout import check_attempt, check_epoch
 from ..manifest import Manifest
 from ..records import BEGIN, Begin
 from .context import JobTransaction, NoTransactionError, read_payload
