@@ -27,7 +27,8 @@ from ..group_records import MEMBER_RE
 from ..layout import check_attempt, check_epoch
 from ..manifest import Manifest
 from ..records import BEGIN, Begin
-from .context import JobTransaction, NoTransactionError, read_payload
+from .context import JobTransaction, NoTransactionError
+from .payload import read_payload
 
 log = logging.getLogger("airflow_tpc.spark")
 
