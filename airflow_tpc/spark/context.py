@@ -32,7 +32,7 @@ from ..manifest import Manifest
 from ..sink import Sink
 from ..staging import list_staged
 from ..storage import storage_class
-from ..storage.s3 import check_endpoint_url
+from ..storage.s3_endpoint import check_endpoint_url
 from ..transaction import DeliveryGuarantee, SinkConfig, Transaction
 from .credentials import _credentials_from_env, _credentials_from_file
 from .payload import (

@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from ..errors import TpcError
-from ..storage.s3 import public_s3_options
+from ..storage.s3_endpoint import public_s3_options
 from ..transaction import DeliveryGuarantee, Transaction
 
 log = logging.getLogger("airflow_tpc.spark")
