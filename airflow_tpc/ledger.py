@@ -41,6 +41,9 @@ A record that is read becomes a typed record checked against the
 path it was found at (:func:`airflow_tpc.records.parse_record`): a
 ``decision.json`` copied from another epoch, attempt or target is refused with
 :class:`LedgerError`, never acted upon.
+
+The paths of this layout are built by :class:`~airflow_tpc.layout.Layout`
+(:mod:`airflow_tpc.layout`); this module reads and writes the records on them.
 """
 
 from __future__ import annotations
