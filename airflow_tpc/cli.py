@@ -46,7 +46,7 @@ from .cli_common import (  # noqa: F401 - the commands' shared pieces, also this
 )
 from .errors import InvalidState, TpcError
 from .sink import Progress, Sink
-from .storage.s3 import redact_endpoint_url
+from .storage.s3_endpoint import redact_endpoint_url
 from .tables import history as table_history
 from .units import human_bytes
 

@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 from .errors import TpcError
-from .ledger import check_attempt
+from .layout import check_attempt
 from .sink import Sink
 from .storage import open_storage
 from .transaction import SinkConfig

@@ -35,7 +35,8 @@ from .cli_common import (
 from .errors import InvalidState, LedgerError, NamespaceConflict, TpcError
 from .group import Group, GroupAbort, GroupCommit
 from .group_records import GROUP_FORMAT, MEMBER_RE
-from .ledger import TPC_DIR, Ledger, check_epoch, epoch_sort_key
+from .layout import TPC_DIR, check_epoch, epoch_sort_key
+from .ledger import Ledger
 from .records import BEGIN, CLOSED, DECISION, PUBLISHED, Begin
 from .sink import Sink
 from .storage import open_storage

@@ -45,6 +45,7 @@ from .errors import (
     TransactionExpired,
 )
 from .faults import crashpoint
+from .group_finish import GroupFinish
 from .group_maintenance import GroupMaintenance
 from .group_records import (
     GROUP_BEGIN_FORMAT,
@@ -59,9 +60,10 @@ from .group_records import (
     GroupStatus,
     GroupTransaction,
 )
-from .ledger import TPC_DIR, AttemptRecords, Ledger, check_attempt, check_epoch
+from .layout import TPC_DIR, check_attempt, check_epoch
+from .ledger import AttemptRecords, Ledger
 from .manifest import Manifest
-from .records import BEGIN, CLOSED, DECISION, PUBLISHED, Begin
+from .records import BEGIN, DECISION
 from .sink import Sink
 from .storage import open_storage
 from .transaction import Transaction
@@ -72,7 +74,7 @@ __all__ = ["Group", "GroupAbort", "GroupCommit", "GroupCommitResult", "GroupReco
 log = logging.getLogger("airflow_tpc")
 
 
-class Group(GroupMaintenance):
+class Group(GroupFinish, GroupMaintenance):
     """Several targets written as one transaction per epoch (all or nothing).
 
     >>> group = Group({"events": Sink("s3://lake/events", "etl"),
@@ -308,88 +310,6 @@ class Group(GroupMaintenance):
         crashpoint("group.after_decision")
         return winner, made, known  # type: ignore[return-value]
 
-    def _switch(self, epoch: str, attempt: int, decision: GroupCommit, rec: AttemptRecords,
-                known: Mapping[str, Manifest] | None = None) -> dict[str, int | None]:
-        """Roll a decided group commit forward on every member, then record that every
-        member switched (``published.json``: the epoch is stable for readers)."""
-        missing = set(decision.members) - set(self.sinks)
-        if missing:
-            raise TpcError(f"group {self.uri} epoch {epoch} attempt {attempt} was decided for "
-                           f"members {sorted(decision.members)}; this Group lacks "
-                           f"{sorted(missing)}")
-        if PUBLISHED not in rec.kinds:
-            self._switch_tables_at_once(epoch, attempt, decision, known or {})
-        published = {}
-        for name in sorted(decision.members):
-            published[name] = self.sinks[name]._commit_member(
-                epoch, attempt, decision.members[name], (known or {}).get(name))
-            crashpoint("group.after_member")
-        if PUBLISHED not in rec.kinds and all(a is not None and a >= attempt
-                                              for a in published.values()):
-            crashpoint("group.before_published")
-            self.ledger.create_or_get(epoch, attempt, PUBLISHED, {
-                "published_at": time.time(), "txn_id": f"{self.namespace}/{epoch}/{attempt}"})
-            rec.kinds.add(PUBLISHED)
-        return published
-
-    def _switch_tables_at_once(self, epoch: str, attempt: int, decision: GroupCommit,
-                               known: Mapping[str, Manifest]) -> None:
-        """When every member is a table of one catalog that commits several tables at
-        once (an Iceberg REST catalog's multi-table commit), make every member's table
-        commit in that one call, so engine readers see the tables move together.  Best
-        effort: each member's own switch runs next and finds its commit in its table;
-        if the catalog refused or lacks the call, each member switches on its own."""
-        keys = {self.sinks[n]._switch_catalog() for n in decision.members}
-        if len(decision.members) < 2 or len(keys) != 1 or None in keys:
-            return
-        changes = []
-        for name in sorted(decision.members):
-            sink = self.sinks[name]
-            sink._decide_member(epoch, attempt, decision.members[name])
-            change = sink._prepared_switch(epoch, attempt, known.get(name))
-            if change is not None:
-                changes.append(change)
-        if len(changes) < 2:
-            return  # nothing, or one table, left to switch (a retried roll-forward)
-        crashpoint("group.before_tables_commit")
-        try:
-            type(changes[0]).commit_together(changes)
-        except Exception as exc:  # refused (409), unsupported, or unknown: see above
-            log.warning("group %s/%s/%d: the catalog's multi-table commit did not apply "
-                        "(%s: %s); each member switches on its own", self.namespace, epoch,
-                        attempt, type(exc).__name__, exc)
-            crashpoint("group.tables_commit_refused")
-            return
-        log.info("group %s/%s/%d: %d tables switched in one catalog commit", self.namespace,
-                 epoch, attempt, len(changes))
-        crashpoint("group.after_tables_commit")
-
-    def _roll_forward_pending(self, skip: str | None = None) -> list[tuple[str, int]]:
-        """Finish every other decided, unfinished group attempt the pending index names
-        (a commit whose process died after its decision)."""
-        listed = self.ledger.pending()
-        scan = self.ledger.scan() if listed is None else {
-            e: self.ledger.scan(e).get(e, {}) for e in listed if e != skip}
-        done = []
-        for epoch, attempts in scan.items():
-            for attempt, rec in sorted(attempts.items()):
-                if epoch != skip and DECISION in rec.kinds \
-                        and not rec.kinds & {PUBLISHED, CLOSED}:
-                    self._finish(epoch, attempt, rec)
-                    done.append((epoch, attempt))
-        if listed is None:  # the first commit: build the index from this full listing
-            self.ledger.sync_pending(scan, {}, skip={skip} if skip else set())
-        return done
-
-    def _finish(self, epoch: str, attempt: int, rec: AttemptRecords) -> None:
-        decision = self.ledger.get(epoch, attempt, rec, DECISION)
-        if isinstance(decision, GroupCommit):
-            self._switch(epoch, attempt, decision, rec)
-        elif isinstance(decision, GroupAbort):
-            self._abort_members(epoch, attempt, decision.reason, decision.expired)
-            self.ledger.create_or_get(epoch, attempt, CLOSED, {"closed_at": time.time()})
-            rec.kinds.add(CLOSED)
-
     # ------------------------------------------------------------------ abort
     def abort(self, gtxn: GroupTransaction, reason: str = "aborted") -> bool:
         """Decide abort for the whole group (refused once it is committed), then abort
@@ -422,14 +342,3 @@ class Group(GroupMaintenance):
                                "COMMITTED (use a new run of the epoch to replace its output)")
         crashpoint("group.abort.after_decision")
         return made
-
-    def _abort_members(self, epoch: str, attempt: int, reason: str,
-                       expired: bool = False) -> None:
-        """Carry a group abort out on every member that began (its own abort record,
-        its staging removed)."""
-        for sink in self.sinks.values():
-            begin = sink.ledger.read(epoch, attempt, BEGIN)
-            if isinstance(begin, Begin) and begin.group is not None \
-                    and begin.group.get("uri", "").rstrip("/") == self.uri:
-                sink._abort(epoch, attempt, f"group: {reason}", expired, by_group=True)
-                crashpoint("group.abort.after_member")

@@ -19,7 +19,8 @@ from .group_records import (
     GroupStatus,
     GroupTransaction,
 )
-from .ledger import AttemptRecords, epoch_sort_key
+from .layout import epoch_sort_key
+from .ledger import AttemptRecords
 from .records import BEGIN, CLOSED, DECISION, PUBLISHED
 from .sink import Sink
 from .storage import open_storage

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import LedgerError, TpcError
-from .ledger import TPC_DIR, Layout, Ledger, check_attempt, check_epoch
+from .layout import TPC_DIR, Layout, check_attempt, check_epoch
+from .ledger import Ledger
 from .records import BEGIN, CLOSED, DECISION, PUBLISHED, Fact
 from .transaction import Transaction
 

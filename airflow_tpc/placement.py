@@ -23,7 +23,7 @@ folder that holds a claim.
 from __future__ import annotations
 
 from .errors import PlacementError
-from .ledger import TPC_DIR, claim_path
+from .layout import TPC_DIR, claim_path
 from .storage import Storage
 from .storage.base import STAGING_HOME_DIR
 

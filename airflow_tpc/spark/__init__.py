@@ -16,17 +16,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .context import (
-    CONF_KEY,
-    ENV_VAR,
-    JobTransaction,
-    NoTransactionError,
-    build_payload,
-    current_transaction,
-    spark_conf_for,
-)
+from .context import JobTransaction, NoTransactionError, current_transaction
 from .group_context import JobGroup, build_group_payload, current_group
 from .packaging import py_files_zip
+from .payload import CONF_KEY, ENV_VAR, build_payload, spark_conf_for
 
 __all__ = [
     "CONF_KEY", "ENV_VAR", "JobGroup", "JobTransaction", "NoTransactionError",

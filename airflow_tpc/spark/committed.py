@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import TpcError
 from ..sink import Sink
 from ..storage import storage_class
-from .context import _credentials_from_env
+from .credentials import _credentials_from_env
 
 _ATTEMPT_BASE = re.compile(r"^(?P<base>.*/attempt=\d{6,})/")
 _READER_NAMESPACE = "airflow-tpc-reader"  # reading never claims a target: any name works

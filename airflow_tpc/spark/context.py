@@ -32,17 +32,33 @@ from ..manifest import Manifest
 from ..sink import Sink
 from ..staging import list_staged
 from ..storage import storage_class
-from ..storage.s3 import check_endpoint_url, public_s3_options
+from ..storage.s3_endpoint import check_endpoint_url
 from ..transaction import DeliveryGuarantee, SinkConfig, Transaction
+from .credentials import _credentials_from_env, _credentials_from_file
+from .payload import (
+    CONF_KEY,
+    ENV_VAR,
+    PUBLIC_STORAGE_KEYS,
+    _as_guarantee,
+    _check_credentials_file_name,
+    _check_table_uri,
+    build_payload,
+    public_storage_options,
+    read_payload,
+    spark_conf_for,
+)
+from .sealing import _hash_parallel, _parquet_rows
+
+#: The payload's names moved to :mod:`.payload`; every earlier import of them from here
+#: still works.
+__all__ = [
+    "CONF_KEY", "ENV_VAR", "HIVE_NULL", "PUBLIC_STORAGE_KEYS", "SIDECAR_PREFIX",
+    "JobTransaction", "NoTransactionError", "build_payload", "current_transaction",
+    "public_storage_options", "read_payload", "spark_conf_for",
+]
 
 log = logging.getLogger("airflow_tpc.spark")
 
-#: Spark conf key carrying the payload (set with ``--conf`` by the submit operator).
-CONF_KEY = "spark.airflow_tpc.txn"
-#: Environment variable carrying the payload when the conf key is absent.
-ENV_VAR = "AIRFLOW_TPC_TXN"
-#: Storage options allowed to travel in the payload (everything else may be secret).
-PUBLIC_STORAGE_KEYS = ("endpoint_url", "region_name")
 #: Hidden sidecar each data-source write leaves in staging: rows/checksums measured
 #: at write time, so :meth:`JobTransaction.precommit` need not re-read the files.
 SIDECAR_PREFIX = "_tpc_write-"
@@ -50,139 +66,10 @@ SIDECAR_PREFIX = "_tpc_write-"
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 
 _STAGING_TAIL = re.compile(r"/epoch=[^/]+/attempt=\d{6,}/?$")
-#: A credentials file is named, never a path: a plain file name shipped with --files.
-_CREDENTIALS_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
-#: The variables a credentials file may hold (the same names as the environment's).
-_CREDENTIAL_VARS = {"AWS_ACCESS_KEY_ID": "key", "AWS_SECRET_ACCESS_KEY": "secret",
-                    "AWS_SESSION_TOKEN": "token"}
-_FILE_CREDENTIALS: dict[str, dict[str, Any]] = {}
 
 
 class NoTransactionError(TpcError):
     """The job was started without a transaction (and not in standalone mode)."""
-
-
-def _as_guarantee(value: Any) -> DeliveryGuarantee:
-    try:
-        return DeliveryGuarantee(str(value).upper())
-    except ValueError:
-        raise TpcError(f"unknown delivery guarantee {value!r}; use one of "
-                       f"{[g.value for g in DeliveryGuarantee]}") from None
-
-
-def public_storage_options(options: dict[str, Any] | None) -> dict[str, Any]:
-    """The part of ``options`` that may be shown in a UI: endpoint and region only.
-
-    An endpoint with ``user:secret@`` or a query string loses them here (it is refused
-    where it is accepted; this is the second line of defence).
-    """
-    return public_s3_options(options)
-
-
-def build_payload(txn: Transaction, *, guarantee: DeliveryGuarantee | str = "EXACTLY_ONCE",
-                  promotion: str = "move",
-                  storage_options: dict[str, Any] | None = None,
-                  credentials_file: str | None = None, table: str | None = None,
-                  epoch_column: bool = True) -> str:
-    """The JSON the submit operator puts in ``spark.airflow_tpc.txn`` (or ``AIRFLOW_TPC_TXN``).
-
-    Secrets in ``storage_options`` are dropped here on purpose: the Spark conf is
-    shown in the Spark UI and in logs.  ``credentials_file`` is the *name* of a file
-    shipped with ``--files`` holding ``AWS_*`` credentials as JSON (never its content).
-    ``epoch_column``: whether a table's files carry the ``epoch`` column (the epoch
-    layout); False for a table whose epoch is a ``replace_where`` or an append.
-    """
-    doc = {**txn.to_dict(), "guarantee": _as_guarantee(guarantee).value,
-           "promotion": promotion, "storage": public_storage_options(storage_options)}
-    if table:
-        doc["table"] = _check_table_uri(table, "payload")
-        if not epoch_column:
-            doc["epoch_column"] = False
-    if credentials_file:
-        doc["credentials_file"] = _check_credentials_file_name(credentials_file, "payload")
-    return json.dumps(doc, sort_keys=True)
-
-
-def _check_table_uri(table: Any, where: str) -> str:
-    """A table target's URI, for the job to know it writes a table (never credentials)."""
-    if not isinstance(table, str) or "://" not in table \
-            or any(c in table for c in "?#\n\x00"):
-        raise TpcError(f"{where}: 'table' must be a table URI such as "
-                       "iceberg://<catalog>/<namespace>.<table> (no user part, query or fragment)")
-    if "@" in table.split("://", 1)[1].split("/", 1)[0]:
-        raise TpcError(f"{where}: 'table' must not carry a user part")
-    return table
-
-
-def _check_credentials_file_name(name: Any, where: str) -> str:
-    if not isinstance(name, str) or not _CREDENTIALS_FILE_NAME.fullmatch(name):
-        raise TpcError(f"{where}: 'credentials_file' must be a plain file name (letters, digits, "
-                       "'.', '_', '-'), the name of a file shipped with --files")
-    return name
-
-
-def _credentials_file_candidates(name: str) -> list[str]:
-    """Where a file shipped with ``--files`` lands: SparkFiles' root (local, standalone,
-    Kubernetes client; executors and Python workers too), else the working directory
-    (YARN localizes ``--files`` into each container's working directory)."""
-    out = []
-    try:
-        from pyspark import SparkFiles
-
-        out.append(os.path.join(SparkFiles.getRootDirectory(), name))
-    except Exception:  # noqa: BLE001 - no pyspark, or no SparkContext in this process
-        pass
-    out.append(os.path.join(os.getcwd(), name))
-    return out
-
-
-def _credentials_from_file(name: str) -> dict[str, Any]:
-    """S3 options from the credentials file the payload names (cached per process).
-
-    A named file that cannot be found or read is an error, never a silent fall back to
-    another identity.  Messages name the file, never its content.
-    """
-    for path in _credentials_file_candidates(name):
-        if path in _FILE_CREDENTIALS:
-            return _FILE_CREDENTIALS[path]
-        try:
-            with open(path, encoding="utf-8") as fh:
-                doc = json.load(fh)
-        except FileNotFoundError:
-            continue
-        except (OSError, ValueError):
-            raise TpcError(f"the credentials file {name} shipped with the job cannot be read "
-                           "or is not JSON") from None
-        if not isinstance(doc, dict) or not all(
-                isinstance(doc.get(k), str) and doc[k]
-                for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")):
-            raise TpcError(f"the credentials file {name} must be a JSON object with "
-                           "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
-        opts = {opt: doc[var] for var, opt in _CREDENTIAL_VARS.items()
-                if isinstance(doc.get(var), str) and doc[var]}
-        _FILE_CREDENTIALS[path] = opts
-        return opts
-    raise TpcError(
-        f"the payload names the credentials file {name}, but it is neither in SparkFiles' "
-        "directory nor in the working directory: it must be shipped with spark-submit "
-        "--files (the submit operator does this; a standalone cluster in cluster deploy mode "
-        "cannot).")
-
-
-def spark_conf_for(txn: Transaction, **kwargs: Any) -> dict[str, str]:
-    """``{CONF_KEY: payload}``: ready for SparkSubmitOperator(conf=...)."""
-    return {CONF_KEY: build_payload(txn, **kwargs)}
-
-
-def _credentials_from_env() -> dict[str, Any]:
-    """S3 options that come from the job's environment, never from the payload."""
-    opts: dict[str, Any] = {}
-    if os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"):
-        opts["key"] = os.environ["AWS_ACCESS_KEY_ID"]
-        opts["secret"] = os.environ["AWS_SECRET_ACCESS_KEY"]
-        if os.environ.get("AWS_SESSION_TOKEN"):
-            opts["token"] = os.environ["AWS_SESSION_TOKEN"]
-    return opts  # empty: s3fs/botocore fall back to their default chain (profiles, IAM role)
 
 
 @dataclass
@@ -454,65 +341,6 @@ class JobTransaction:
 
     def abort(self, reason: str = "aborted by the job") -> None:
         self.sink().abort(self.txn, reason)
-
-
-def _hash_parallel(sink: Sink, staging: str, infos: list[Any]) -> dict[str, str]:
-    """Checksums of files no writer measured (native writers), on a few threads.
-
-    S3 objects are not read at all (their ETag is used).
-    """
-    from ..staging import checksum_for, on_threads
-
-    prefix = staging.rstrip("/") + "/"
-    sums = on_threads(lambda i: checksum_for(sink.storage, i), infos)
-    return {info.path[len(prefix):]: s for info, s in zip(infos, sums, strict=True)}
-
-
-def _parquet_rows(sink: Sink, staging: str, infos: list[Any]) -> dict[str, int]:
-    """Row counts of Parquet files no writer counted (Spark's native writers), from
-    their footers: a ranged read of each file's tail, on a few threads, never the
-    data.  ``list`` then shows rows for native jobs as it does for the ``tpc`` source.
-    A file that is not Parquet after all keeps its rows unknown (None), as before."""
-    import pyarrow.parquet as pq
-
-    from ..staging import on_threads
-
-    def rows_of(info: Any) -> int | None:
-        if not info.path.endswith(".parquet"):
-            return None
-        try:
-            with sink.storage.open_input(info.path) as fh:
-                return int(pq.read_metadata(fh).num_rows)
-        except Exception as exc:  # noqa: BLE001 - unknown rows, never a failed seal
-            log.warning("no row count for %s (%s); its rows stay unknown",
-                        sink.storage.uri(info.path), type(exc).__name__)
-            return None
-
-    prefix = staging.rstrip("/") + "/"
-    counted = on_threads(rows_of, infos)
-    return {info.path[len(prefix):]: n for info, n in zip(infos, counted, strict=True)
-            if n is not None}
-
-
-def read_payload(spark: Any = None, conf_key: str = CONF_KEY,
-                 env_var: str = ENV_VAR) -> tuple[str | None, str]:
-    """(payload, where it came from): the Spark conf key first, then the environment
-    (a group's payload has its own key and variable)."""
-    conf_value = None
-    if spark is not None:
-        try:
-            conf_value = spark.conf.get(conf_key, None)
-        except Exception:  # noqa: BLE001 - e.g. a Connect session without that conf
-            conf_value = None
-    env_value = os.environ.get(env_var)
-    if conf_value:
-        if env_value and env_value != conf_value:
-            log.warning("both %s and $%s are set and differ; using the Spark conf", conf_key,
-                        env_var)
-        return conf_value, f"Spark conf {conf_key}"
-    if env_value:
-        return env_value, f"environment variable {env_var}"
-    return None, ""
 
 
 def current_transaction(spark: Any = None, *, standalone_target: str | None = None,

@@ -24,10 +24,11 @@ from typing import Any
 
 from ..errors import TpcError
 from ..group_records import MEMBER_RE
-from ..ledger import check_attempt, check_epoch
+from ..layout import check_attempt, check_epoch
 from ..manifest import Manifest
 from ..records import BEGIN, Begin
-from .context import JobTransaction, NoTransactionError, read_payload
+from .context import JobTransaction, NoTransactionError
+from .payload import read_payload
 
 log = logging.getLogger("airflow_tpc.spark")
 

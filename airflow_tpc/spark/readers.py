@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import TpcError
-from ..ledger import epoch_sort_key
+from ..layout import epoch_sort_key
 from ..staging import list_staged
 from ..storage import storage_class
 from .committed import _ATTEMPT_BASE, fsspec_options, group_by_base, reader_sink

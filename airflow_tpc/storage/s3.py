@@ -14,146 +14,32 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from ..errors import StorageError, TpcError
+from ..errors import StorageError
 from .base import CHUNK, ObjectInfo, Storage
+from .s3_endpoint import check_endpoint_url, public_s3_options, redact_endpoint_url
+from .s3_errors import (
+    DENIED_CODES,
+    _client_error_code,
+    _http_status,
+    _is_cut_body,
+    _precondition_failed,
+)
+
+#: The endpoint's checks moved to :mod:`.s3_endpoint`; earlier imports of them from
+#: here still work.
+__all__ = ["MULTIPART_CHUNK", "MULTIPART_COPY_THRESHOLD", "S3Storage", "check_endpoint_url",
+           "public_s3_options", "redact_endpoint_url"]
 
 #: Objects above this size are copied with boto3's managed multipart copy (s3transfer's
 #: ``UploadPartCopy``; S3's single CopyObject limit is 5 GiB).
 MULTIPART_COPY_THRESHOLD = 5 * 1024**3
 MULTIPART_CHUNK = 512 * 1024**2
 T = TypeVar("T")
-
-_PUBLIC_OPTION_KEYS = ("endpoint_url", "region_name")
-
-
-class UnsafeEndpointError(TpcError, ValueError):
-    """An endpoint URL that would carry a secret (user info, query string, fragment)."""
-
-
-def check_endpoint_url(url: Any, where: str = "endpoint_url") -> str:
-    """The endpoint URL, or one clear error if it could carry a secret.
-
-    An endpoint travels in operator arguments, XComs, trigger kwargs, the Spark conf
-    and ``repr``, so it may hold only ``http(s)://host[:port][/path]``: a
-    ``user:secret@`` part, a query string (a presigned signature, a token) or a
-    fragment is refused.  The message never repeats the URL (it is the secret).
-    Credentials belong in a connection's login/password or the job's environment.
-    """
-    if not isinstance(url, str) or not url:
-        raise UnsafeEndpointError(f"{where} must be a non-empty string URL")
-    problems = []
-    if "@" in url:
-        problems.append("a user name or password ('user:secret@')")
-    if "?" in url:
-        problems.append("a query string")
-    if "#" in url:
-        problems.append("a fragment")
-    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
-        problems.append("whitespace or control characters")
-    if not problems:
-        try:
-            parts = urllib.parse.urlsplit(url)
-            ok = parts.scheme in ("http", "https") and bool(parts.hostname)
-            if ok:
-                parts.port  # noqa: B018 - raises ValueError on a malformed port
-        except ValueError:
-            ok = False
-        if not ok:
-            problems.append("no http:// or https:// scheme and host")
-    if problems:
-        raise UnsafeEndpointError(
-            f"{where} is refused: it carries {' and '.join(problems)}. An endpoint may only be "
-            "http(s)://host[:port][/path]; put credentials in the storage connection "
-            "(login = access key id, password = secret) or the job's environment, never in "
-            "the URL (the URL is shown in the UI, XComs, the Spark conf and logs).")
-    return url
-
-
-def redact_endpoint_url(url: Any) -> str | None:
-    """What may be *shown* of an endpoint: scheme, host, port and path; never user info or query.
-
-    For output paths (``repr``, public options) as a second line of defence: inputs are
-    refused by :func:`check_endpoint_url` already.
-    """
-    if url is None:
-        return None
-    try:
-        return check_endpoint_url(url)
-    except UnsafeEndpointError:
-        pass
-    try:
-        parts = urllib.parse.urlsplit(str(url))
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port else ""
-        path = parts.path if "@" not in parts.path else ""
-    except ValueError:
-        return "<redacted endpoint>"
-    if parts.scheme not in ("http", "https") or not host:
-        return "<redacted endpoint>"
-    return f"{parts.scheme}://{host}{port}{path}"
-
-
-def public_s3_options(options: dict[str, Any] | None) -> dict[str, Any]:
-    """The options that may be shown or travel: endpoint (redacted) and region only."""
-    out = {k: options[k] for k in _PUBLIC_OPTION_KEYS
-           if options and options.get(k) is not None}
-    if "endpoint_url" in out:
-        out["endpoint_url"] = redact_endpoint_url(out["endpoint_url"])
-    return out
-
-
-#: A response body cut mid-stream (aiohttp under s3fs; botocore's StreamingBody).
-#: The SDK's retries end when the response headers arrive, so reads retry these.
-_CUT_BODY_ERRORS = ("ClientPayloadError", "ResponseStreamingError", "IncompleteReadError")
-
-
-def _is_cut_body(exc: BaseException) -> bool:
-    # Only the error itself or what s3fs translated it from: a connection error
-    # *before* the response also has urllib3 errors in its __context__.
-    return any(type(e).__name__ in _CUT_BODY_ERRORS for e in (exc, exc.__cause__) if e)
-
-
-#: What S3 (and stores that speak it) answer to a request the caller may not make.
-DENIED_CODES = ("AccessDenied", "403", "Forbidden", "AllAccessDisabled")
-
-
-def _error_response(exc: Exception) -> dict[str, Any] | None:
-    """The S3 error response behind ``exc``: s3fs turns a ClientError into OSError & co.
-    and keeps it as the ``__cause__``."""
-    for err in (exc, exc.__cause__):
-        response = getattr(err, "response", None)
-        if response:
-            return response  # type: ignore[no-any-return]
-    return None
-
-
-def _client_error_code(exc: Exception) -> str:
-    response = _error_response(exc)
-    if response is None:
-        return type(exc).__name__
-    return str(response.get("Error", {}).get("Code", type(exc).__name__))
-
-
-def _http_status(exc: Exception) -> int | None:
-    """The HTTP status of a refused request (a GET's error names its code, e.g.
-    ``AccessDenied``; a HEAD's, which has no body, only its status)."""
-    status = (_error_response(exc) or {}).get("ResponseMetadata", {}).get("HTTPStatusCode")
-    return int(status) if status else None
-
-
-def _precondition_failed(exc: BaseException) -> bool:
-    """The store refused a conditional request (412): the error itself, what s3fs
-    translated it from, or the one s3transfer wrapped in ``S3CopyFailedError``."""
-    if _client_error_code(exc).startswith("PreconditionFailed"):  # type: ignore[arg-type]
-        return True
-    return any("PreconditionFailed" in str(e) or "(412)" in str(e)
-               for e in (exc, exc.__cause__, exc.__context__) if e is not None)
 
 
 class S3Storage(Storage):

@@ -1,0 +1,129 @@
+"""How a decided group attempt is carried out on its members: a commit switched on
+every member (tables of one catalog at once), an abort carried out on each, and the
+decided attempts a commit finds still unfinished rolled forward.
+
+Apart from :mod:`airflow_tpc.group` (the verbs, up to the decision) as the single
+target's roll-forward is apart from its verbs (``sink_finish.py``); both
+:meth:`~airflow_tpc.group.Group.commit` and
+:meth:`~airflow_tpc.group_maintenance.GroupMaintenance.recover` come here.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+
+from .errors import TpcError
+from .faults import crashpoint
+from .group_records import GroupAbort, GroupCommit, GroupLedger
+from .ledger import AttemptRecords
+from .manifest import Manifest
+from .records import BEGIN, CLOSED, DECISION, PUBLISHED, Begin
+from .sink import Sink
+
+log = logging.getLogger("airflow_tpc")
+
+
+class GroupFinish:
+    """Mixed into :class:`~airflow_tpc.group.Group` (before
+    :class:`~airflow_tpc.group_maintenance.GroupMaintenance`, whose ``_finish`` this
+    provides), which provides what is declared here: its ledger and members."""
+
+    uri: str
+    namespace: str
+    sinks: dict[str, Sink]
+    ledger: GroupLedger
+
+    def _switch(self, epoch: str, attempt: int, decision: GroupCommit, rec: AttemptRecords,
+                known: Mapping[str, Manifest] | None = None) -> dict[str, int | None]:
+        """Roll a decided group commit forward on every member, then record that every
+        member switched (``published.json``: the epoch is stable for readers)."""
+        missing = set(decision.members) - set(self.sinks)
+        if missing:
+            raise TpcError(f"group {self.uri} epoch {epoch} attempt {attempt} was decided for "
+                           f"members {sorted(decision.members)}; this Group lacks "
+                           f"{sorted(missing)}")
+        if PUBLISHED not in rec.kinds:
+            self._switch_tables_at_once(epoch, attempt, decision, known or {})
+        published = {}
+        for name in sorted(decision.members):
+            published[name] = self.sinks[name]._commit_member(
+                epoch, attempt, decision.members[name], (known or {}).get(name))
+            crashpoint("group.after_member")
+        if PUBLISHED not in rec.kinds and all(a is not None and a >= attempt
+                                              for a in published.values()):
+            crashpoint("group.before_published")
+            self.ledger.create_or_get(epoch, attempt, PUBLISHED, {
+                "published_at": time.time(), "txn_id": f"{self.namespace}/{epoch}/{attempt}"})
+            rec.kinds.add(PUBLISHED)
+        return published
+
+    def _switch_tables_at_once(self, epoch: str, attempt: int, decision: GroupCommit,
+                               known: Mapping[str, Manifest]) -> None:
+        """When every member is a table of one catalog that commits several tables at
+        once (an Iceberg REST catalog's multi-table commit), make every member's table
+        commit in that one call, so engine readers see the tables move together.  Best
+        effort: each member's own switch runs next and finds its commit in its table;
+        if the catalog refused or lacks the call, each member switches on its own."""
+        keys = {self.sinks[n]._switch_catalog() for n in decision.members}
+        if len(decision.members) < 2 or len(keys) != 1 or None in keys:
+            return
+        changes = []
+        for name in sorted(decision.members):
+            sink = self.sinks[name]
+            sink._decide_member(epoch, attempt, decision.members[name])
+            change = sink._prepared_switch(epoch, attempt, known.get(name))
+            if change is not None:
+                changes.append(change)
+        if len(changes) < 2:
+            return  # nothing, or one table, left to switch (a retried roll-forward)
+        crashpoint("group.before_tables_commit")
+        try:
+            type(changes[0]).commit_together(changes)
+        except Exception as exc:  # refused (409), unsupported, or unknown: see above
+            log.warning("group %s/%s/%d: the catalog's multi-table commit did not apply "
+                        "(%s: %s); each member switches on its own", self.namespace, epoch,
+                        attempt, type(exc).__name__, exc)
+            crashpoint("group.tables_commit_refused")
+            return
+        log.info("group %s/%s/%d: %d tables switched in one catalog commit", self.namespace,
+                 epoch, attempt, len(changes))
+        crashpoint("group.after_tables_commit")
+
+    def _roll_forward_pending(self, skip: str | None = None) -> list[tuple[str, int]]:
+        """Finish every other decided, unfinished group attempt the pending index names
+        (a commit whose process died after its decision)."""
+        listed = self.ledger.pending()
+        scan = self.ledger.scan() if listed is None else {
+            e: self.ledger.scan(e).get(e, {}) for e in listed if e != skip}
+        done = []
+        for epoch, attempts in scan.items():
+            for attempt, rec in sorted(attempts.items()):
+                if epoch != skip and DECISION in rec.kinds \
+                        and not rec.kinds & {PUBLISHED, CLOSED}:
+                    self._finish(epoch, attempt, rec)
+                    done.append((epoch, attempt))
+        if listed is None:  # the first commit: build the index from this full listing
+            self.ledger.sync_pending(scan, {}, skip={skip} if skip else set())
+        return done
+
+    def _finish(self, epoch: str, attempt: int, rec: AttemptRecords) -> None:
+        decision = self.ledger.get(epoch, attempt, rec, DECISION)
+        if isinstance(decision, GroupCommit):
+            self._switch(epoch, attempt, decision, rec)
+        elif isinstance(decision, GroupAbort):
+            self._abort_members(epoch, attempt, decision.reason, decision.expired)
+            self.ledger.create_or_get(epoch, attempt, CLOSED, {"closed_at": time.time()})
+            rec.kinds.add(CLOSED)
+
+    def _abort_members(self, epoch: str, attempt: int, reason: str,
+                       expired: bool = False) -> None:
+        """Carry a group abort out on every member that began (its own abort record,
+        its staging removed)."""
+        for sink in self.sinks.values():
+            begin = sink.ledger.read(epoch, attempt, BEGIN)
+            if isinstance(begin, Begin) and begin.group is not None \
+                    and begin.group.get("uri", "").rstrip("/") == self.uri:
+                sink._abort(epoch, attempt, f"group: {reason}", expired, by_group=True)
+                crashpoint("group.abort.after_member")

@@ -1,0 +1,116 @@
+"""The payload: the JSON document the submit operator hands a Spark job, and how the
+job finds it (Spark conf first, then the environment).
+
+Apart from :mod:`.context` (the job's transaction, built from it) so that what travels
+in the Spark conf, and the checks that keep secrets out of it, read in one place; a
+group's payload (:mod:`.group_context`) is found the same way (:func:`read_payload`).
+Credentials never travel: :mod:`.credentials`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from typing import Any
+
+from ..errors import TpcError
+from ..storage.s3_endpoint import public_s3_options
+from ..transaction import DeliveryGuarantee, Transaction
+
+log = logging.getLogger("airflow_tpc.spark")
+
+#: Spark conf key carrying the payload (set with ``--conf`` by the submit operator).
+CONF_KEY = "spark.airflow_tpc.txn"
+#: Environment variable carrying the payload when the conf key is absent.
+ENV_VAR = "AIRFLOW_TPC_TXN"
+#: Storage options allowed to travel in the payload (everything else may be secret).
+PUBLIC_STORAGE_KEYS = ("endpoint_url", "region_name")
+#: A credentials file is named, never a path: a plain file name shipped with --files.
+_CREDENTIALS_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+
+
+def _as_guarantee(value: Any) -> DeliveryGuarantee:
+    try:
+        return DeliveryGuarantee(str(value).upper())
+    except ValueError:
+        raise TpcError(f"unknown delivery guarantee {value!r}; use one of "
+                       f"{[g.value for g in DeliveryGuarantee]}") from None
+
+
+def public_storage_options(options: dict[str, Any] | None) -> dict[str, Any]:
+    """The part of ``options`` that may be shown in a UI: endpoint and region only.
+
+    An endpoint with ``user:secret@`` or a query string loses them here (it is refused
+    where it is accepted; this is the second line of defence).
+    """
+    return public_s3_options(options)
+
+
+def build_payload(txn: Transaction, *, guarantee: DeliveryGuarantee | str = "EXACTLY_ONCE",
+                  promotion: str = "move",
+                  storage_options: dict[str, Any] | None = None,
+                  credentials_file: str | None = None, table: str | None = None,
+                  epoch_column: bool = True) -> str:
+    """The JSON the submit operator puts in ``spark.airflow_tpc.txn`` (or ``AIRFLOW_TPC_TXN``).
+
+    Secrets in ``storage_options`` are dropped here on purpose: the Spark conf is
+    shown in the Spark UI and in logs.  ``credentials_file`` is the *name* of a file
+    shipped with ``--files`` holding ``AWS_*`` credentials as JSON (never its content).
+    ``epoch_column``: whether a table's files carry the ``epoch`` column (the epoch
+    layout); False for a table whose epoch is a ``replace_where`` or an append.
+    """
+    doc = {**txn.to_dict(), "guarantee": _as_guarantee(guarantee).value,
+           "promotion": promotion, "storage": public_storage_options(storage_options)}
+    if table:
+        doc["table"] = _check_table_uri(table, "payload")
+        if not epoch_column:
+            doc["epoch_column"] = False
+    if credentials_file:
+        doc["credentials_file"] = _check_credentials_file_name(credentials_file, "payload")
+    return json.dumps(doc, sort_keys=True)
+
+
+def _check_table_uri(table: Any, where: str) -> str:
+    """A table target's URI, for the job to know it writes a table (never credentials)."""
+    if not isinstance(table, str) or "://" not in table \
+            or any(c in table for c in "?#\n\x00"):
+        raise TpcError(f"{where}: 'table' must be a table URI such as "
+                       "iceberg://<catalog>/<namespace>.<table> (no user part, query or fragment)")
+    if "@" in table.split("://", 1)[1].split("/", 1)[0]:
+        raise TpcError(f"{where}: 'table' must not carry a user part")
+    return table
+
+
+def _check_credentials_file_name(name: Any, where: str) -> str:
+    if not isinstance(name, str) or not _CREDENTIALS_FILE_NAME.fullmatch(name):
+        raise TpcError(f"{where}: 'credentials_file' must be a plain file name (letters, digits, "
+                       "'.', '_', '-'), the name of a file shipped with --files")
+    return name
+
+
+def spark_conf_for(txn: Transaction, **kwargs: Any) -> dict[str, str]:
+    """``{CONF_KEY: payload}``: ready for SparkSubmitOperator(conf=...)."""
+    return {CONF_KEY: build_payload(txn, **kwargs)}
+
+
+def read_payload(spark: Any = None, conf_key: str = CONF_KEY,
+                 env_var: str = ENV_VAR) -> tuple[str | None, str]:
+    """(payload, where it came from): the Spark conf key first, then the environment
+    (a group's payload has its own key and variable)."""
+    conf_value = None
+    if spark is not None:
+        try:
+            conf_value = spark.conf.get(conf_key, None)
+        except Exception:  # noqa: BLE001 - e.g. a Connect session without that conf
+            conf_value = None
+    env_value = os.environ.get(env_var)
+    if conf_value:
+        if env_value and env_value != conf_value:
+            log.warning("both %s and $%s are set and differ; using the Spark conf", conf_key,
+                        env_var)
+        return conf_value, f"Spark conf {conf_key}"
+    if env_value:
+        return env_value, f"environment variable {env_var}"
+    return None, ""
