@@ -83,6 +83,7 @@ def manifest_schema() -> dict[str, Any]:
                  "totals": _totals(),
                  "fingerprints": {"type": "string", "pattern": r"^sha256:[0-9a-f]{64}$"},
                  "table_stats": {"type": "string", "pattern": r"^sha256:[0-9a-f]{64}$"},
+                 "listing": {"type": "string", "pattern": r"^sha256:[0-9a-f]{64}$"},
                  "digest": {"type": "string", "pattern": DIGEST_PATTERN}},
                 ["format", "version", "txn", "txn_id", "staging", "files", "totals",
                  "digest"]))
