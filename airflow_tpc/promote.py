@@ -222,10 +222,9 @@ def _drop_hidden_folders(layout: Layout, staging: str,
     when it did; otherwise a walk of folders only (no file is stat'ed): the
     verification already made the one full listing of staging a commit needs."""
     storage = layout.storage
-    doomed: list[str] = []
-    if folders is not None:
-        doomed = [storage.join(staging, rel) for rel in folders if _hidden_at(rel) == "last"]
-    pending = [staging] if folders is None else []
+    doomed = [] if folders is None else [storage.join(staging, rel) for rel in folders
+                                         if _hidden_at(rel) == "last"]
+    pending = [staging] if folders is None else []  # walked already when known
     while pending:
         folder = pending.pop()
         for name in storage.list_dirs(folder):

@@ -160,19 +160,21 @@ def verify_against_storage(storage: Storage, staging: str, manifest: Manifest,
                            ) -> tuple[str, ...] | None:
     """Refuse a manifest whose files are not exactly what staging holds.
 
-    Always: no file missing, none unlisted, sizes equal.  Then by ``verify``:
-    ``"fingerprint"`` compares ETags where the listing has them (S3), else each
-    file's status with the one sealed at pre-commit (a same-size rewrite moves the
-    inode or the ctime), falling back to re-hashing if no fingerprints were
-    sealed; ``"checksum"`` re-hashes every local file; ``"size"`` stops here.
-    ``seal``: the folder of the sealed sidecars when not ``staging`` (a ledger apart).
+    The shortcut, where the store has a status digest (a local disk) and ``verify`` is
+    not ``"checksum"``: staging's digest now equal to the one sealed in the manifest
+    (``listing``), and its visible files adding up to the manifest's totals, mean no
+    file came, went or moved since pre-commit made the entries from that very listing:
+    nothing more to compare (the entries need not even be decoded, see
+    :meth:`Manifest.parse`).  The folders that walk found are returned, so promotion
+    need not walk staging again.
 
-    First, where the store has a status digest (a local disk) and ``verify`` is not
-    ``"checksum"``: staging's digest now equal to the one sealed in the manifest means
-    no file came, went or moved since pre-commit, which checked these very files
-    against the manifest's entries — nothing more to compare (the entries are not even
-    decoded, see :meth:`Manifest.parse`); the folders that walk found are returned, so
-    promotion need not walk staging again.  Otherwise, file by file (None returned):
+    Otherwise file by file (None returned): no file missing, none unlisted, sizes
+    equal; then by ``verify``: ``"fingerprint"`` compares ETags where the listing has
+    them (S3), else each file's status with the one sealed at pre-commit (a same-size
+    rewrite moves the inode or the ctime), falling back to re-hashing if no
+    fingerprints were sealed; ``"checksum"`` re-hashes every local file; ``"size"``
+    stops here.  ``seal``: the folder of the sealed sidecars when not ``staging`` (a
+    ledger apart).
     """
     if manifest.listing and verify != "checksum":
         now = storage.status_digest(staging, SEAL_NAMES)
@@ -214,6 +216,7 @@ def verify_against_storage(storage: Storage, staging: str, manifest: Manifest,
     if verify in ("checksum", "fingerprint"):
         on_threads(lambda e: _check_checksum(storage, staged[e.path], e), manifest.files)
     return None
+
 
 def _sealed_fingerprints(storage: Storage, staging: str,
                          manifest: Manifest) -> dict[str, str] | None:
