@@ -142,6 +142,7 @@ class LocalStorage(Storage):
         folders: list[str] = []
         name, number = names.append, numbers.extend
         files = size = 0
+        is_dir, is_link = stat.S_IFDIR, stat.S_IFLNK
         pending = [(prefix, "", True)]
         while pending:
             folder, rel, seen = pending.pop()  # seen: no part of rel is hidden
@@ -153,20 +154,20 @@ class LocalStorage(Storage):
                 continue
             with it:
                 for entry in it:
-                    if entry.is_dir(follow_symlinks=False):
-                        pending.append((entry.path, f"{rel}{entry.name}/",
-                                        seen and entry.name[0] not in "_."))
-                        continue
-                    if not rel and entry.name in skip:
-                        continue
-                    try:
+                    try:  # one lstat an entry says its kind too (no is_dir/is_symlink)
                         st = entry.stat(follow_symlinks=False)
                     except FileNotFoundError:
                         continue
-                    name(rel + entry.name)
+                    kind, n = st.st_mode & 0o170000, entry.name
+                    if kind == is_dir:
+                        pending.append((entry.path, f"{rel}{n}/", seen and n[0] not in "_."))
+                        continue
+                    if not rel and n in skip:
+                        continue
+                    name(rel + n)
                     number((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
-                            st.st_nlink, entry.is_symlink()))
-                    if seen and entry.name[0] not in "_.":
+                            st.st_nlink, kind == is_link))
+                    if seen and n[0] not in "_.":
                         files += 1
                         size += st.st_size
         return StatusDigest(_status_digest(names, numbers), tuple(folders), files, size)
