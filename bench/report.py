@@ -187,9 +187,11 @@ def core_sections(core: dict[str, Any]) -> list[str]:
                 "One epoch of N small files (1-4 KiB) on the local disk; per repetition, "
                 "interleaved, order rotating: **floor** = one `os.scandir` + `DirEntry.stat` "
                 "pass over the staged files (the floor of any commit that checks each file); "
-                "**tpc** = `sink.commit(txn)` alone (begin, staging and precommit done "
-                "untimed), default settings" + (", and each other `verify` mode" if len(tpc) > 1
-                                                 else "") +
+                "**tpc** = `sink.commit(txn, expected_digest=…)` alone, as CommitOperator calls "
+                "it with the digest its sensor validated (begin, staging and precommit done "
+                "untimed; the commit walks staging once for the status digest pre-commit "
+                "sealed, docs/PROTOCOL.md §3.3), default settings" +
+                (", and each other `verify` mode" if len(tpc) > 1 else "") +
                 f"; **v1** = Hadoop {core.get('hadoop', '?')}'s real `FileOutputCommitter` "
                 "`commitJob` of algorithm 1 (Spark's default), from pyspark's jars through "
                 "py4j, on the same files (`commitTask` done untimed; its files have no `.crc` "
