@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import LedgerError, StorageError
 from .iceberg_files import data_file_of, epoch_partition_position, iceberg_stats, stats_plan
+from .iceberg_io import flush, settle
 from .iceberg_partitions import needs_data
 from .iceberg_table import IcebergTable, epoch_commits
 from .switch import Staged, TableCommit
@@ -130,43 +131,56 @@ class IcebergSnapshot(TableCommit):
             return [data_file_of(uri, sizes[uri], st, tmeta.default_spec_id)
                     for uri, st in by_uri.items() if st and st["record_count"] > 0]
 
-        def run() -> None:
-            with table.transaction() as tx:
-                meta = tx.table_metadata
-                # Iceberg lets an append commit over a concurrent schema or partition
-                # change; ours was checked against this schema and spec, so a change of
-                # either must fail the commit (and the caller's loop re-checks).
-                tx._apply((), (AssertCurrentSchemaId(current_schema_id=meta.current_schema_id),
-                               AssertDefaultSpecId(default_spec_id=meta.default_spec_id)))
-                if meta.name_mapping() is None:  # as add_files: files carry no field ids
-                    tx.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING:
-                                         meta.schema().name_mapping.model_dump_json()})
-                if self.scope.add_columns and footers is not None:
-                    _add_new_columns(tx, footers[0])
-                # A file without rows (Spark writes one for an empty task) has no
-                # statistics to infer its partition from, and adds nothing: not added.
-                new = data_files(tx.table_metadata)
-                props = commit_properties(manifest)
-                if self.scope.kind == "epoch":
-                    old = _epoch_files(table, manifest.epoch)
-                    with tx.update_snapshot(snapshot_properties=props).overwrite() as ow:
-                        for data_file in old:
-                            ow.delete_data_file(data_file)
-                        for data_file in new:
-                            ow.append_data_file(data_file)
-                    return
-                # replace_where: Iceberg's overwrite by filter — files wholly inside the
-                # predicate are dropped, files partly inside are rewritten without those
-                # rows (copy-on-write); then the staged files are added.  All in this one
-                # transaction: one catalog commit, every snapshot carrying our summary.
-                if self.scope.kind == "where":
-                    with warnings.catch_warnings():  # an epoch's first commit deletes none
-                        warnings.filterwarnings("ignore", "Delete operation did not match")
-                        tx.delete(delete_filter=self.scope.expression(),
-                                  snapshot_properties=props)
-                with tx.update_snapshot(snapshot_properties=props).fast_append() as fa:
+        def build(tx: Any) -> None:
+            meta = tx.table_metadata
+            # Iceberg lets an append commit over a concurrent schema or partition
+            # change; ours was checked against this schema and spec, so a change of
+            # either must fail the commit (and the caller's loop re-checks).
+            tx._apply((), (AssertCurrentSchemaId(current_schema_id=meta.current_schema_id),
+                           AssertDefaultSpecId(default_spec_id=meta.default_spec_id)))
+            if meta.name_mapping() is None:  # as add_files: files carry no field ids
+                tx.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING:
+                                     meta.schema().name_mapping.model_dump_json()})
+            if self.scope.add_columns and footers is not None:
+                _add_new_columns(tx, footers[0])
+            # A file without rows (Spark writes one for an empty task) has no
+            # statistics to infer its partition from, and adds nothing: not added.
+            new = data_files(tx.table_metadata)
+            props = commit_properties(manifest)
+            if self.scope.kind == "epoch":
+                old = _epoch_files(table, manifest.epoch)
+                with tx.update_snapshot(snapshot_properties=props).overwrite() as ow:
+                    for data_file in old:
+                        ow.delete_data_file(data_file)
                     for data_file in new:
-                        fa.append_data_file(data_file)
+                        ow.append_data_file(data_file)
+                return
+            # replace_where: Iceberg's overwrite by filter — files wholly inside the
+            # predicate are dropped, files partly inside are rewritten without those
+            # rows (copy-on-write); then the staged files are added.  All in this one
+            # transaction: one catalog commit, every snapshot carrying our summary.
+            if self.scope.kind == "where":
+                with warnings.catch_warnings():  # an epoch's first commit deletes none
+                    warnings.filterwarnings("ignore", "Delete operation did not match")
+                    tx.delete(delete_filter=self.scope.expression(),
+                              snapshot_properties=props)
+            with tx.update_snapshot(snapshot_properties=props).fast_append() as fa:
+                for data_file in new:
+                    fa.append_data_file(data_file)
+
+        def run() -> None:
+            # The transaction is committed by hand, not by its context manager: every
+            # file the snapshot names (manifests and manifest list, uploaded side by
+            # side as pyiceberg closes them: .iceberg_io) is in the store before the
+            # catalog is asked to commit.
+            tx = table.transaction()
+            try:
+                build(tx)
+            except BaseException:
+                settle(table)
+                raise
+            flush(table)
+            tx.commit_transaction()
 
         self.target._call("commit to", run)
         log.info("Iceberg %s: epoch %s is attempt %d (%d files)", self.target.uri,
