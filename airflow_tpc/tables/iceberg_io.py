@@ -71,6 +71,8 @@ class CommitFileIO(FileIO):
         self._reads: dict[str, Future[bytes]] = {}
         #: Uploads not yet waited for (:meth:`flush`).
         self._writes: dict[str, Future[None]] = {}
+        #: Files closed while writes are held (:meth:`hold`): not uploaded yet.
+        self._held: list[tuple[str, bytes]] | None = None
 
     # -- reads ----------------------------------------------------------------------
     def new_input(self, location: str) -> InputFile:
@@ -135,20 +137,46 @@ class CommitFileIO(FileIO):
         return self.inner.new_output(location)  # a data file (a rewrite): streamed
 
     def written(self, location: str, data: bytes) -> None:
-        """A file closed by pyiceberg: known from now on, uploaded in the background."""
+        """A file closed by pyiceberg: known from now on, uploaded in the background
+        (or, while writes are held, when they are released)."""
         done: Future[bytes] = Future()
         done.set_result(data)
         with self._lock:
             self._reads[location] = done
-            self._writes[location] = _pool().submit(self._upload, location, data)
+            if self._held is not None:
+                self._held.append((location, data))
+            else:
+                self._writes[location] = _pool().submit(self._upload, location, data)
+
+    def hold(self) -> None:
+        """Keep the files closed from now on in memory, unwritten, until :meth:`release`
+        (a commit built before its decision writes nothing before it)."""
+        with self._lock:
+            if self._held is None:
+                self._held = []
+
+    def release(self) -> None:
+        """Upload the held files (in the background) and stop holding."""
+        with self._lock:
+            held, self._held = self._held or [], None
+            for location, data in held:
+                self._writes[location] = _pool().submit(self._upload, location, data)
+
+    def discard_held(self) -> None:
+        """Forget the held files (a commit built and never sent: nothing was written)."""
+        with self._lock:
+            for location, _ in self._held or []:
+                self._reads.pop(location, None)
+            self._held = None
 
     def _upload(self, location: str, data: bytes) -> None:
         with self.inner.new_output(location).create(overwrite=True) as stream:
             stream.write(data)
 
     def flush(self) -> None:
-        """Wait for every upload; the first failure is raised (then nothing may name
-        the files: the caller does not commit)."""
+        """Release held files, then wait for every upload; the first failure is raised
+        (then nothing may name the files: the caller does not commit)."""
+        self.release()
         with self._lock:
             pending, self._writes = self._writes, {}
         errors = [e for e in (f.exception() for f in pending.values()) if e is not None]
@@ -157,11 +185,13 @@ class CommitFileIO(FileIO):
 
     def settle(self) -> None:
         """Wait for every upload, whatever its outcome (a commit that failed while
-        building: no upload of it outlives the attempt)."""
-        try:
-            self.flush()
-        except Exception as exc:
-            log.debug("an upload of a commit that did not happen failed: %s", exc)
+        building: no upload of it outlives the attempt); held files are not written."""
+        self.discard_held()
+        with self._lock:
+            pending, self._writes = self._writes, {}
+        for fut in pending.values():
+            if fut.exception() is not None:
+                log.debug("an upload of a commit not sent failed: %s", fut.exception())
 
     def exists(self, location: str) -> bool:
         with self._lock:
@@ -176,6 +206,8 @@ class CommitFileIO(FileIO):
         with self._lock:
             upload = self._writes.pop(path, None)
             self._reads.pop(path, None)
+            if self._held is not None:
+                self._held = [h for h in self._held if h[0] != path]
         if upload is not None:
             upload.exception()  # never delete under an upload still running
         self.inner.delete(path)
@@ -204,6 +236,15 @@ def flush(table: Any) -> None:
 def settle(table: Any) -> None:
     if isinstance(table.io, CommitFileIO):
         table.io.settle()
+
+
+def hold(table: Any) -> None:
+    on_commit_io(table).io.hold()
+
+
+def discard_held(table: Any) -> None:
+    if isinstance(table.io, CommitFileIO):
+        table.io.discard_held()
 
 
 class _OnceInput(InputFile):
