@@ -173,7 +173,10 @@ class TableTarget:
         fut = prepared[2]
         if prepared[0] == txn_id and prepared[1] is table and fut.exception() is None:
             return fut.result()
-        fut.add_done_callback(_discard)
+        # Discarded here, once built, before the caller builds its own commit: a table
+        # built from this one (a captured commit) shares its FileIO, whose held files
+        # must be gone, and holding over, before it writes.
+        _discard(fut)
         return None
 
     def take_table(self, txn_id: str) -> Any:
