@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from ..errors import StorageError
+from .ahead import MISS, ReadAhead
 from .base import CHUNK, ObjectInfo, Storage
 from .s3_endpoint import check_endpoint_url, public_s3_options, redact_endpoint_url
 from .s3_errors import (
@@ -167,7 +168,24 @@ class S3Storage(Storage):
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
 
+    #: Reads started ahead of time by the verb under way (:mod:`.ahead`), or None.
+    _ahead: ReadAhead | None = None
+
+    def read_now(self, kind: str, path: str) -> Any:
+        """A read made now, never served ahead (``kind``: "read" or "list")."""
+        return self._read_bytes(path) if kind == "read" else self._list(path)
+
+    def _wrote(self) -> None:
+        """Every write drops the reads ahead not yet served (:mod:`.ahead`)."""
+        if self._ahead is not None:
+            self._ahead.drop()
+
     def read_bytes(self, path: str) -> bytes | None:
+        if self._ahead is not None and (got := self._ahead.serve("read", path)) is not MISS:
+            return got  # type: ignore[no-any-return]
+        return self._read_bytes(path)
+
+    def _read_bytes(self, path: str) -> bytes | None:
         try:
             # One GET: with its default concurrency s3fs asks for the size first (a HEAD,
             # and on a missing key a LIST besides), to split a large body into ranges.
@@ -198,6 +216,11 @@ class S3Storage(Storage):
             raise self._fail("read", path, exc) from None
 
     def list(self, prefix: str) -> list[ObjectInfo]:
+        if self._ahead is not None and (got := self._ahead.serve("list", prefix)) is not MISS:
+            return got  # type: ignore[no-any-return]
+        return self._list(prefix)
+
+    def _list(self, prefix: str) -> list[ObjectInfo]:
         try:
             found = self.fs.find(prefix.rstrip("/") + "/", detail=True, withdirs=False)
         except FileNotFoundError:
@@ -225,12 +248,14 @@ class S3Storage(Storage):
 
     # -- writing --------------------------------------------------------------
     def put(self, path: str, data: bytes) -> None:
+        self._wrote()
         try:
             self.fs.pipe_file(path, data)
         except Exception as exc:  # noqa: BLE001
             raise self._fail("write", path, exc) from None
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
+        self._wrote()
         bucket, key = self._split(path)
         try:
             self.client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
@@ -262,6 +287,7 @@ class S3Storage(Storage):
     def put_if_version(self, path: str, data: bytes, version: str | None) -> bool:
         if version is None:
             return self.put_if_absent(path, data)
+        self._wrote()
         bucket, key = self._split(path)
         try:
             self.client.put_object(Bucket=bucket, Key=key, Body=data, IfMatch=version)
@@ -273,9 +299,11 @@ class S3Storage(Storage):
             raise self._fail("conditional write", path, exc) from None
 
     def delete_prefix(self, prefix: str) -> None:
+        self._wrote()
         self.delete_files(o.path for o in self.list(prefix))
 
     def delete_files(self, paths: Iterable[str]) -> None:
+        self._wrote()
         paths = list(paths)
         if not paths:
             return
@@ -310,6 +338,7 @@ class S3Storage(Storage):
         """``etags``: the ETag each source had when it was verified.  A single-part copy's
         ETag is its source's, so a source rewritten between verification and copy is
         caught by the copy's own answer (no extra request) and the copy is refused."""
+        self._wrote()
         if not pairs:
             return
         sizes = sizes or {}

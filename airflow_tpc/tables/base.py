@@ -31,9 +31,12 @@ from urllib.parse import urlparse
 
 from ..errors import StorageError, TpcError
 from ..faults import crashpoint
-from ..ledger import TPC_DIR, Layout, Ledger
+from ..ledger import TPC_DIR, Layout, Ledger, check_epoch
+from ..manifest import MANIFEST_NAME
+from ..records import BEGIN
 from ..sink import Sink
-from ..staging import list_staged
+from ..staging import TABLE_STATS_NAME, list_staged
+from ..storage.ahead import reading_ahead
 from ..transaction import CommitResult, SinkConfig, Transaction
 from .scope import Scope
 from .staged import (
@@ -280,20 +283,50 @@ class TableSink(Sink):
         attempt is not checked again here (its roll-forward checks before the table
         commit).  The table loaded here is handed to this commit's switch, which then
         loads it only if its commit loses a race."""
-        table = self.table_target.load_table()
+        table = self.table_target.loaded_ahead(txn.txn_id)
         sealed = self.sealed_stats(txn, manifest)
+        uris = self._staged_uris(txn, [f.path for f in manifest.files])
         if sealed is None or sealed["table"] != self.table_target.table_key(table, self.scope):
-            self.table_target.check_staged(
-                self._staged_uris(txn, [f.path for f in manifest.files]), txn.epoch,
-                table, scope=self.scope)
+            self.table_target.check_staged(uris, txn.epoch, table, scope=self.scope)
         self.table_target.hand_over(txn.txn_id, table)
+        if table is not None and sealed is not None and not self.scope.add_columns \
+                and sealed["table"] == self.table_target.table_key(table, self.scope):
+            # The switch would build its commit from these very statistics: built now,
+            # beside the rest of the commit, and sent only after the decision.
+            self.table_target.prepare_commit(txn.txn_id, table, manifest, uris, sealed,
+                                             self.scope)
 
     def commit(self, txn: Transaction, *, expected_digest: str | None = None,
                force: bool = False) -> CommitResult:
+        """The core's commit, with its reads before the decision made side by side: the
+        begin record, the epoch's ledger listing, the sealed manifest and statistics,
+        the staging listing (:mod:`airflow_tpc.storage.ahead`: each served once, and
+        none after the commit's first write) and the table (:meth:`TableTarget.
+        load_ahead`).  Behind object-store latency they were six round trips in a row;
+        the checks and every write keep their order."""
         try:
-            return super().commit(txn, expected_digest=expected_digest, force=force)
+            with reading_ahead(self.storage, self._reads_before_decision(txn)):
+                self.table_target.load_ahead(txn.txn_id)
+                return super().commit(txn, expected_digest=expected_digest, force=force)
         finally:
             self._release()
+
+    def _reads_before_decision(self, txn: Transaction) -> list[tuple[str, str]]:
+        """What a commit of ``txn`` reads before it decides (the paths the core's own
+        reads name; none for a transaction the commit will refuse unread)."""
+        if txn.target.rstrip("/") != self.target.rstrip("/"):
+            return []
+        try:
+            epoch = check_epoch(txn.epoch)
+        except TpcError:
+            return []
+        layout, join = self.layout, self.storage.join
+        seal = layout.sealed(epoch, txn.attempt)
+        return [("read", layout.record(epoch, txn.attempt, BEGIN)),
+                ("list", join(layout.ledger_root, f"epoch={epoch}")),
+                ("read", join(seal, MANIFEST_NAME)),
+                ("read", join(seal, TABLE_STATS_NAME)),
+                ("list", layout.staging(epoch, txn.attempt))]
 
     def _release(self) -> None:
         self.table_target.hand_over(None, None)  # never outlives the commit

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import logging
 import warnings
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LedgerError, StorageError
 from .iceberg_files import data_file_of, epoch_partition_position, iceberg_stats, stats_plan
 from .iceberg_partitions import needs_data
 from .iceberg_table import IcebergTable, epoch_commits
+from .scope import Scope
 from .switch import Staged, TableCommit
 from .target import commit_properties
 
@@ -82,13 +84,39 @@ class IcebergSnapshot(TableCommit):
         return "todo"
 
     def _commit(self, table: Table, staged: Staged) -> None:
-        """One transaction, one snapshot: remove the epoch's files, add the staged ones.
+        """One transaction, one snapshot: remove the epoch's files, add the staged ones
+        (:meth:`_transaction`, or the same transaction built before the decision:
+        :func:`prepare`).  Every file the snapshot names (its manifests and manifest
+        list, uploaded side by side as pyiceberg closes them: :mod:`.iceberg_io`) is in
+        the store before the catalog is asked to commit."""
+        from .iceberg_io import flush
+
+        prepared = self.target.take_prepared(staged.manifest.txn_id, table) \
+            if staged.usable else None
+        if prepared is not None and not prepared.serves(staged, self.scope):
+            prepared.discard()
+            prepared = None
+
+        def run() -> None:
+            tx = prepared.tx if prepared is not None else self._transaction(table, staged)
+            flush(table)
+            tx.commit_transaction()
+
+        self.target._call("commit to", run)
+        log.info("Iceberg %s: epoch %s is attempt %d (%d files)%s", self.target.uri,
+                 staged.manifest.epoch, staged.manifest.attempt, len(staged.uris),
+                 " (built before the decision)" if prepared is not None else "")
+
+    def _transaction(self, table: Table, staged: Staged) -> Any:
+        """The transaction of :meth:`_commit`, built, not committed.
 
         The DataFiles come from the sealed statistics where they hold for this table
         (no footer read), else from the footers the check read (once, in parallel) —
         never from a per-file read."""
         from pyiceberg.table import TableProperties
         from pyiceberg.table.update import AssertCurrentSchemaId, AssertDefaultSpecId
+
+        from .iceberg_io import settle
 
         # pyiceberg would retry a commit that lost a race by re-applying the same
         # snapshot on the new base (after a sleep): our file list and schema check
@@ -130,47 +158,93 @@ class IcebergSnapshot(TableCommit):
             return [data_file_of(uri, sizes[uri], st, tmeta.default_spec_id)
                     for uri, st in by_uri.items() if st and st["record_count"] > 0]
 
-        def run() -> None:
-            with table.transaction() as tx:
-                meta = tx.table_metadata
-                # Iceberg lets an append commit over a concurrent schema or partition
-                # change; ours was checked against this schema and spec, so a change of
-                # either must fail the commit (and the caller's loop re-checks).
-                tx._apply((), (AssertCurrentSchemaId(current_schema_id=meta.current_schema_id),
-                               AssertDefaultSpecId(default_spec_id=meta.default_spec_id)))
-                if meta.name_mapping() is None:  # as add_files: files carry no field ids
-                    tx.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING:
-                                         meta.schema().name_mapping.model_dump_json()})
-                if self.scope.add_columns and footers is not None:
-                    _add_new_columns(tx, footers[0])
-                # A file without rows (Spark writes one for an empty task) has no
-                # statistics to infer its partition from, and adds nothing: not added.
-                new = data_files(tx.table_metadata)
-                props = commit_properties(manifest)
-                if self.scope.kind == "epoch":
-                    old = _epoch_files(table, manifest.epoch)
-                    with tx.update_snapshot(snapshot_properties=props).overwrite() as ow:
-                        for data_file in old:
-                            ow.delete_data_file(data_file)
-                        for data_file in new:
-                            ow.append_data_file(data_file)
-                    return
-                # replace_where: Iceberg's overwrite by filter — files wholly inside the
-                # predicate are dropped, files partly inside are rewritten without those
-                # rows (copy-on-write); then the staged files are added.  All in this one
-                # transaction: one catalog commit, every snapshot carrying our summary.
-                if self.scope.kind == "where":
-                    with warnings.catch_warnings():  # an epoch's first commit deletes none
-                        warnings.filterwarnings("ignore", "Delete operation did not match")
-                        tx.delete(delete_filter=self.scope.expression(),
-                                  snapshot_properties=props)
-                with tx.update_snapshot(snapshot_properties=props).fast_append() as fa:
+        def build(tx: Any) -> None:
+            meta = tx.table_metadata
+            # Iceberg lets an append commit over a concurrent schema or partition
+            # change; ours was checked against this schema and spec, so a change of
+            # either must fail the commit (and the caller's loop re-checks).
+            tx._apply((), (AssertCurrentSchemaId(current_schema_id=meta.current_schema_id),
+                           AssertDefaultSpecId(default_spec_id=meta.default_spec_id)))
+            if meta.name_mapping() is None:  # as add_files: files carry no field ids
+                tx.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING:
+                                     meta.schema().name_mapping.model_dump_json()})
+            if self.scope.add_columns and footers is not None:
+                _add_new_columns(tx, footers[0])
+            # A file without rows (Spark writes one for an empty task) has no
+            # statistics to infer its partition from, and adds nothing: not added.
+            new = data_files(tx.table_metadata)
+            props = commit_properties(manifest)
+            if self.scope.kind == "epoch":
+                old = _epoch_files(table, manifest.epoch)
+                with tx.update_snapshot(snapshot_properties=props).overwrite() as ow:
+                    for data_file in old:
+                        ow.delete_data_file(data_file)
                     for data_file in new:
-                        fa.append_data_file(data_file)
+                        ow.append_data_file(data_file)
+                return
+            # replace_where: Iceberg's overwrite by filter — files wholly inside the
+            # predicate are dropped, files partly inside are rewritten without those
+            # rows (copy-on-write); then the staged files are added.  All in this one
+            # transaction: one catalog commit, every snapshot carrying our summary.
+            if self.scope.kind == "where":
+                with warnings.catch_warnings():  # an epoch's first commit deletes none
+                    warnings.filterwarnings("ignore", "Delete operation did not match")
+                    tx.delete(delete_filter=self.scope.expression(),
+                              snapshot_properties=props)
+            with tx.update_snapshot(snapshot_properties=props).fast_append() as fa:
+                for data_file in new:
+                    fa.append_data_file(data_file)
 
-        self.target._call("commit to", run)
-        log.info("Iceberg %s: epoch %s is attempt %d (%d files)", self.target.uri,
-                 manifest.epoch, manifest.attempt, len(uris))
+        tx = table.transaction()
+        try:
+            build(tx)
+        except BaseException:
+            settle(table)  # no upload of it outlives it, and nothing held is written
+            raise
+        return tx
+
+
+@dataclass
+class Prepared:
+    """A table commit built before its decision, its files held unwritten."""
+
+    tx: Any
+    table: Any
+    #: What it was built from: the switch takes it only if its own inputs are these.
+    staged: Staged
+    scope: Scope
+
+    def serves(self, staged: Staged, scope: Scope) -> bool:
+        """Whether the switch would build this very commit: the same manifest, files,
+        sealed statistics (usable for the table) and scope."""
+        return staged.usable and staged.manifest.digest == self.staged.manifest.digest \
+            and staged.uris == self.staged.uris and staged.sealed == self.staged.sealed \
+            and scope.to_doc() == self.scope.to_doc()
+
+    def discard(self) -> None:
+        """Never sent: its files are never written."""
+        from .iceberg_io import discard_held
+
+        discard_held(self.table)
+
+
+def prepare(target: IcebergTable, table: Table, manifest: Manifest, uris: list[str],
+            sealed: dict[str, Any], scope: Scope) -> Prepared | None:
+    """The transaction the switch of ``manifest`` would build on ``table`` from the sealed
+    statistics, built now (in the background, while the commit verifies and decides)
+    with every file it writes held in memory: nothing reaches the store before the
+    switch sends it, after the decision (:meth:`IcebergSnapshot._commit`, which takes it
+    only for this very table object and the same sealed statistics).  None: the table
+    needs no commit of it (it holds it, or a higher attempt)."""
+    from .iceberg_io import hold
+
+    strategy = IcebergSnapshot(target, scope)
+    table = strategy._on_commit(table)
+    if strategy.state_of(table, manifest) != "todo":
+        return None
+    hold(table)
+    staged = Staged(manifest, uris, sealed, usable=True)
+    return Prepared(strategy._transaction(table, staged), table, staged, scope)
 
 
 def _add_new_columns(tx: Any, footers: dict[str, Any]) -> None:

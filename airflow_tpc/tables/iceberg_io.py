@@ -1,16 +1,24 @@
-"""The FileIO one epoch's Iceberg commit runs on: each metadata file read once.
+"""The FileIO one epoch's Iceberg commit runs on: each metadata file read once, early,
+and the commit's own files written side by side.
 
 A commit asks pyiceberg for three things in a row — the epoch's files (a scan plan),
 the snapshot that replaces them, and that snapshot's summary — and each reads the
 current manifest list again, with a HEAD for its size before every GET.  Behind
 50-100 ms of object-store latency those repeats were a third of the commit's
 requests.  Manifest lists and manifests are immutable by the Iceberg spec (a new
-snapshot writes new ones, under new names), so one read each is exact, not a guess.
+snapshot writes new ones, under new names), so one read each is exact, not a guess —
+and so is reading them *early*: :meth:`CommitFileIO.prefetch_snapshot` reads the
+current snapshot's manifest list, then its manifests side by side, in the background
+while the commit does its other checks (they are off the commit's sequential path).
 
-The commit also writes two files (its manifest and manifest list) and pyiceberg asks
+The commit also writes files (its manifests, its manifest list) and pyiceberg asks
 the store about each twice: whether it exists before writing (a HEAD; the names are
 fresh UUIDs, and Iceberg's Java ``S3FileIO`` does not ask either), and its length
-after (a HEAD; the bytes were just written here).  Both answers are known here.
+after (a HEAD; the bytes were just written here).  Both answers are known here.  The
+writes themselves go out in the background as each file is closed, so the manifest
+list (which only needs each manifest's length, known from its bytes) uploads beside
+the manifests; :meth:`CommitFileIO.flush` waits for every one before the catalog
+commit is sent, so the catalog never names a file that is not written.
 
 Only public pyiceberg API: :class:`FileIO` and its files, and ``Table.io``.  Every
 request still goes through the table's own FileIO (its credentials, vended or not).
@@ -19,42 +27,197 @@ request still goes through the table's own FileIO (its credentials, vended or no
 from __future__ import annotations
 
 import io
+import logging
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from pyiceberg.io import FileIO, InputFile, InputStream, OutputFile, OutputStream
+
+log = logging.getLogger("airflow_tpc")
 
 #: Files read once: manifest lists (``snap-*.avro``) and manifests (``*-m<N>.avro``).
 #: Iceberg never rewrites a file in place; table metadata JSON is not read through
 #: here (the catalog answers it) and a commit reads no data file.
 IMMUTABLE_SUFFIX = ".avro"
+#: Threads reading and writing metadata files (manifests of a table with a long
+#: history are many small reads: side by side, they cost one round trip or a few).
+IO_THREADS = 8
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    """One pool for every commit of the process (not one per commit: idle threads of a
+    pool nobody shuts down would pile up in a long-lived worker)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(IO_THREADS, thread_name_prefix="tpc-iceberg-io")
+        return _POOL
 
 
 class CommitFileIO(FileIO):
-    """A table's FileIO with each immutable metadata file read at most once, and the
-    files it writes remembered (their length, their bytes) instead of asked for."""
+    """A table's FileIO with each immutable metadata file read at most once (perhaps
+    ahead of time), and the files it writes remembered (their length, their bytes)
+    instead of asked for, and uploaded in the background until :meth:`flush`."""
 
     def __init__(self, inner: FileIO) -> None:
         super().__init__(inner.properties)
         self.inner = inner
-        self.known: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+        #: Reads of immutable files, done or under way (and files written here).
+        self._reads: dict[str, Future[bytes]] = {}
+        #: Uploads not yet waited for (:meth:`flush`).
+        self._writes: dict[str, Future[None]] = {}
+        #: Files closed while writes are held (:meth:`hold`): not uploaded yet.
+        self._held: list[tuple[str, bytes]] | None = None
 
+    # -- reads ----------------------------------------------------------------------
     def new_input(self, location: str) -> InputFile:
         if location.endswith(IMMUTABLE_SUFFIX):
             return _OnceInput(location, self)
         return self.inner.new_input(location)
 
+    def read(self, location: str) -> bytes:
+        """The bytes of an immutable file: from an earlier read (or one under way), else
+        read now.  A failed read is not kept: the next reader reads again (as it would
+        have without the read ahead)."""
+        with self._lock:
+            held = self._reads.get(location)
+            mine = held is None
+            if held is None:
+                held = self._reads[location] = Future()
+        fut = held
+        if mine:
+            _settle(fut, lambda: self._fetch(location))
+        if fut.exception() is not None:  # waits for a read under way
+            with self._lock:
+                if self._reads.get(location) is held:
+                    del self._reads[location]
+            if not mine:
+                return self.read(location)
+        return fut.result()
+
+    def prefetch(self, location: str) -> None:
+        """Read an immutable file in the background (once)."""
+        with self._lock:
+            if location in self._reads:
+                return
+            fut: Future[bytes] = Future()
+            self._reads[location] = fut
+        _pool().submit(_settle, fut, lambda: self._fetch(location))
+
+    def prefetch_snapshot(self, table: Any) -> None:
+        """Read the current snapshot's manifest list, then its manifests side by side,
+        in the background: what the commit reads next (the epoch's files, the snapshot
+        it builds on), read while the commit still checks and decides."""
+        snap = table.current_snapshot()
+        if snap is None or not snap.manifest_list.endswith(IMMUTABLE_SUFFIX):
+            return
+
+        def chain() -> None:
+            try:
+                for mf in snap.manifests(self):
+                    self.prefetch(mf.manifest_path)
+            except Exception as exc:  # the commit reads it again and says what failed
+                log.debug("reading %s ahead failed: %s", snap.manifest_list, exc)
+
+        _pool().submit(chain)
+
+    def _fetch(self, location: str) -> bytes:
+        with self.inner.new_input(location).open(seekable=False) as stream:
+            return stream.read()  # type: ignore[no-any-return]
+
+    # -- writes ---------------------------------------------------------------------
     def new_output(self, location: str) -> OutputFile:
         if location.endswith(IMMUTABLE_SUFFIX):
             return _KnownOutput(location, self)
         return self.inner.new_output(location)  # a data file (a rewrite): streamed
 
+    def written(self, location: str, data: bytes) -> None:
+        """A file closed by pyiceberg: known from now on, uploaded in the background
+        (or, while writes are held, when they are released)."""
+        done: Future[bytes] = Future()
+        done.set_result(data)
+        with self._lock:
+            self._reads[location] = done
+            if self._held is not None:
+                self._held.append((location, data))
+            else:
+                self._writes[location] = _pool().submit(self._upload, location, data)
+
+    def hold(self) -> None:
+        """Keep the files closed from now on in memory, unwritten, until :meth:`release`
+        (a commit built before its decision writes nothing before it)."""
+        with self._lock:
+            if self._held is None:
+                self._held = []
+
+    def release(self) -> None:
+        """Upload the held files (in the background) and stop holding."""
+        with self._lock:
+            held, self._held = self._held or [], None
+            for location, data in held:
+                self._writes[location] = _pool().submit(self._upload, location, data)
+
+    def discard_held(self) -> None:
+        """Forget the held files (a commit built and never sent: nothing was written)."""
+        with self._lock:
+            for location, _ in self._held or []:
+                self._reads.pop(location, None)
+            self._held = None
+
+    def _upload(self, location: str, data: bytes) -> None:
+        with self.inner.new_output(location).create(overwrite=True) as stream:
+            stream.write(data)
+
+    def flush(self) -> None:
+        """Release held files, then wait for every upload; the first failure is raised
+        (then nothing may name the files: the caller does not commit)."""
+        self.release()
+        with self._lock:
+            pending, self._writes = self._writes, {}
+        errors = [e for e in (f.exception() for f in pending.values()) if e is not None]
+        if errors:
+            raise errors[0]
+
+    def settle(self) -> None:
+        """Wait for every upload, whatever its outcome (a commit that failed while
+        building: no upload of it outlives the attempt); held files are not written."""
+        self.discard_held()
+        with self._lock:
+            pending, self._writes = self._writes, {}
+        for fut in pending.values():
+            if fut.exception() is not None:
+                log.debug("an upload of a commit not sent failed: %s", fut.exception())
+
     def exists(self, location: str) -> bool:
-        return location in self.known or self.inner.new_input(location).exists()
+        with self._lock:
+            held = self._reads.get(location)
+        if location in self._writes or (held is not None and held.done()
+                                        and held.exception() is None):
+            return True
+        return self.inner.new_input(location).exists()
 
     def delete(self, location: str | InputFile | OutputFile) -> None:
         path = location if isinstance(location, str) else location.location
-        self.known.pop(path, None)
+        with self._lock:
+            upload = self._writes.pop(path, None)
+            self._reads.pop(path, None)
+            if self._held is not None:
+                self._held = [h for h in self._held if h[0] != path]
+        if upload is not None:
+            upload.exception()  # never delete under an upload still running
         self.inner.delete(path)
+
+
+def _settle(fut: Future[bytes], fn: Any) -> None:
+    try:
+        fut.set_result(fn())
+    except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for it
+        fut.set_exception(exc)
 
 
 def on_commit_io(table: Any) -> Any:
@@ -64,27 +227,39 @@ def on_commit_io(table: Any) -> Any:
     return table
 
 
+def flush(table: Any) -> None:
+    """Every file the commit wrote is in the store (a no-op for an unwrapped FileIO)."""
+    if isinstance(table.io, CommitFileIO):
+        table.io.flush()
+
+
+def settle(table: Any) -> None:
+    if isinstance(table.io, CommitFileIO):
+        table.io.settle()
+
+
+def hold(table: Any) -> None:
+    on_commit_io(table).io.hold()
+
+
+def discard_held(table: Any) -> None:
+    if isinstance(table.io, CommitFileIO):
+        table.io.discard_held()
+
+
 class _OnceInput(InputFile):
     def __init__(self, location: str, owner: CommitFileIO) -> None:
         super().__init__(location)
         self.owner = owner
 
-    def _bytes(self) -> bytes:
-        data = self.owner.known.get(self.location)
-        if data is None:
-            with self.owner.inner.new_input(self.location).open(seekable=False) as stream:
-                data = stream.read()
-            self.owner.known[self.location] = data
-        return data
-
     def __len__(self) -> int:
-        return len(self._bytes())
+        return len(self.owner.read(self.location))
 
     def exists(self) -> bool:
         return self.owner.exists(self.location)
 
     def open(self, seekable: bool = True) -> InputStream:
-        return io.BytesIO(self._bytes())  # type: ignore[return-value]
+        return io.BytesIO(self.owner.read(self.location))  # type: ignore[return-value]
 
 
 class _KnownOutput(OutputFile):
@@ -93,8 +268,7 @@ class _KnownOutput(OutputFile):
         self.owner = owner
 
     def __len__(self) -> int:
-        data = self.owner.known.get(self.location)
-        return len(data) if data is not None else len(self.owner.inner.new_input(self.location))
+        return len(self.owner.read(self.location))
 
     def exists(self) -> bool:
         return self.owner.exists(self.location)
@@ -105,13 +279,13 @@ class _KnownOutput(OutputFile):
     def create(self, overwrite: bool = False) -> OutputStream:
         # No existence check first: the names pyiceberg writes are fresh UUIDs (as Java
         # Iceberg's S3FileIO, which does not check either).  The bytes are collected and
-        # written in one stream on close, then remembered for the reads that follow.
+        # handed over on close (uploaded in one stream), then remembered.
         return _Collect(self)  # type: ignore[return-value]
 
 
 class _Collect:
-    """The bytes of one new file, written in one stream when it is closed cleanly (a
-    stream left by an exception writes nothing: no half file)."""
+    """The bytes of one new file, handed over when it is closed cleanly (a stream left
+    by an exception writes nothing: no half file)."""
 
     def __init__(self, out: _KnownOutput) -> None:
         self.out = out
@@ -126,11 +300,7 @@ class _Collect:
     def close(self) -> None:
         if self.buffer.closed:
             return
-        data = self.buffer.getvalue()
-        owner = self.out.owner
-        with owner.inner.new_output(self.out.location).create(overwrite=True) as stream:
-            stream.write(data)
-        owner.known[self.out.location] = data
+        self.out.owner.written(self.out.location, self.buffer.getvalue())
         self.buffer.close()
 
     def __enter__(self) -> _Collect:

@@ -68,6 +68,7 @@ class IcebergTable(TableTarget):
     """
 
     label = "Iceberg"
+    loads_ahead = True
 
     def __init__(self, catalog_name: str, identifier: str,
                  catalog_properties: dict[str, str] | None = None,
@@ -165,6 +166,27 @@ class IcebergTable(TableTarget):
                                     self.identifier, schema=_placeholder_schema())
                 self._location = staged.table_metadata.location.rstrip("/")
         return self._location
+
+    def hand_over(self, txn_id: str | None, table: Any) -> None:
+        """Keep the table for the switch, and start reading what its commit reads next
+        (the current snapshot's manifest list and manifests: immutable files) in the
+        background, while the commit still verifies and decides (:mod:`.iceberg_io`)."""
+        super().hand_over(txn_id, table)
+        if txn_id is not None and table is not None:
+            from .iceberg_io import on_commit_io
+
+            on_commit_io(table).io.prefetch_snapshot(table)
+
+    def prepare_commit(self, txn_id: str, table: Any, manifest: Any, uris: list[str],
+                       sealed: dict[str, Any], scope: Scope) -> None:
+        """Build the switch's snapshot in the background while the commit verifies and
+        decides (:func:`~airflow_tpc.tables.iceberg_commit.prepare`): its CPU and its
+        manifest reads off the commit's path; its files are held until it is sent."""
+        from ..storage.ahead import ahead_pool
+        from .iceberg_commit import prepare
+
+        self._prepared = (txn_id, table, ahead_pool().submit(
+            prepare, self, table, manifest, uris, sealed, scope))
 
     def placement_is_stable(self) -> bool:
         """Whether every process learns the same location for this table before it is

@@ -19,8 +19,10 @@ table's own history (Iceberg's snapshot summary, Delta's ``commitInfo``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
+from ..storage.ahead import ahead_pool
 from .scope import Scope
 from .staged import EPOCH_COLUMN, epoch_column_problems, read_footers, schema_error
 
@@ -126,6 +128,56 @@ class TableTarget:
         epoch's application transaction; a switch that loses that race reloads, as
         it always did."""
         self._handed = None if txn_id is None or table is None else (txn_id, table)
+        if txn_id is None:
+            self._ahead = None
+            if self._prepared is not None:
+                self._prepared[2].add_done_callback(_discard)
+                self._prepared = None
+
+    _ahead: tuple[str, Future[Any]] | None = None
+    #: Whether the table is loaded in the background (a catalog request: Iceberg); a
+    #: Delta log read stays on the caller's thread (delta-rs's native handles).
+    loads_ahead = False
+
+    def load_ahead(self, txn_id: str) -> None:
+        """Start loading the table in the background for ``txn_id``'s check before the
+        decision (:meth:`loaded_ahead`), beside the commit's other first reads."""
+        if self.loads_ahead:
+            self._ahead = (txn_id, ahead_pool().submit(self.load_table))
+
+    def loaded_ahead(self, txn_id: str) -> Any:
+        """The table loaded ahead for ``txn_id`` (once), else a load now; a load ahead
+        that failed is made again (its error, if any, is this one's)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[0] == txn_id and ahead[1].exception() is None:
+            return ahead[1].result()
+        return self.load_table()
+
+    #: (txn id, table, future of its prepared commit): :meth:`prepare_commit`.
+    _prepared: tuple[str, Any, Future[Any]] | None = None
+
+    def prepare_commit(self, txn_id: str, table: Any, manifest: Manifest, uris: list[str],
+                       sealed: dict[str, Any], scope: Scope) -> None:
+        """Start building, in the background, the table commit ``txn_id``'s switch will
+        send on ``table`` from the sealed statistics (which hold for it), writing nothing
+        until the switch sends it (:meth:`take_prepared`).  Default: nothing (the switch
+        builds its commit itself)."""
+
+    def take_prepared(self, txn_id: str, table: Any) -> Any:
+        """The commit prepared for ``txn_id`` on this very table object (once), or None
+        (none, another table — a reload after a lost race —, or its building failed:
+        the switch builds it itself).  One not taken is discarded, never written."""
+        prepared, self._prepared = self._prepared, None
+        if prepared is None:
+            return None
+        fut = prepared[2]
+        if prepared[0] == txn_id and prepared[1] is table and fut.exception() is None:
+            return fut.result()
+        # Discarded here, once built, before the caller builds its own commit: a table
+        # built from this one (a captured commit) shares its FileIO, whose held files
+        # must be gone, and holding over, before it writes.
+        _discard(fut)
+        return None
 
     def take_table(self, txn_id: str) -> Any:
         """The table handed over by ``txn_id``'s own check (once), else a fresh load."""
@@ -228,3 +280,9 @@ class TableTarget:
                                 f"(columns {', '.join(cols)}); a new table is created from "
                                 "one schema")
         return problems
+
+
+def _discard(fut: Future[Any]) -> None:
+    """A prepared commit not taken: its held files are dropped (never written)."""
+    if not fut.cancelled() and fut.exception() is None and fut.result() is not None:
+        fut.result().discard()

@@ -5,12 +5,18 @@ Every check here reads the real S3 (the bucket listings) and the real catalog.""
 
 from __future__ import annotations
 
+import io
+import threading
+import time
+
+import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog import load_catalog
 from pyiceberg.transforms import IdentityTransform
 
 from airflow_tpc import StorageError, TpcError
 from airflow_tpc.tables import IcebergSink, open_sink
+from tests.faults.proxy import FaultPlan, FaultProxy
 
 from .conftest import TABLE, rows, stage, write_parquet
 
@@ -147,3 +153,97 @@ def test_ledger_uri_is_refused_where_it_cannot_serve(seaweed, rest, tmp_path):
     open_sink(folder, "events", storage_options=seaweed.s3_options()).begin("1")
     with pytest.raises(TpcError, match="a folder target"):
         _sink(seaweed, props, folder).begin("5")
+
+
+class _TimedProxy:
+    """SeaweedFS's S3 and REST catalog, each behind the fault proxy (tests/faults/proxy.py)
+    adding a fixed latency to every request and recording when each one started and
+    ended: how many requests a commit makes, and how many it makes one after another."""
+
+    def __init__(self, seaweed, latency_s: float) -> None:
+        plan = FaultPlan(latency_rate=1.0, latency_s=(latency_s, latency_s))
+        self.s3 = FaultProxy(seaweed.s3_endpoint, plan).start()
+        self.catalog = FaultProxy(seaweed.catalog_uri, plan).start()
+        self.spans: list[list[float]] = []
+        self._local = threading.local()
+        for proxy in (self.s3, self.catalog):
+            self._timed(proxy)
+
+    def _timed(self, proxy) -> None:
+        spans, local = self.spans, self._local
+
+        def started(req, op, n):
+            local.span = [time.perf_counter(), float("inf")]
+            spans.append(local.span)
+
+        serve = proxy._serve_one
+
+        def serve_one(conn, rfile):
+            local.span = None
+            try:
+                return serve(conn, rfile)
+            finally:
+                if local.span is not None:
+                    local.span[1] = time.perf_counter()
+
+        proxy.script, proxy._serve_one = started, serve_one
+
+    def reset(self) -> None:
+        self.spans.clear()
+
+    def rounds(self) -> int:
+        """The longest chain of requests each started after the one before it ended:
+        the round trips a commit waits for one after another."""
+        chain: list[tuple[float, int]] = []  # (end, chain length ending there)
+        for start, end in sorted(self.spans):
+            before = max((k for e, k in chain if e <= start), default=0)
+            chain.append((end, before + 1))
+        return max((k for _, k in chain), default=0)
+
+    def close(self) -> None:
+        self.s3.stop()
+        self.catalog.stop()
+
+
+def test_a_rest_commit_makes_the_same_requests_at_any_file_count_few_in_a_row(seaweed, rest):
+    """Behind a fixed latency on every S3 and catalog request: a commit of 40 files makes
+    exactly the requests of a commit of 2, and waits for at most 17 round trips one after
+    another (24 when each of its reads waited for the one before): its reads before the
+    decision go side by side (storage/ahead.py), the table's manifests are read and its
+    snapshot built while the commit verifies and decides, and the snapshot's files are
+    uploaded side by side (tables/iceberg_io.py).  Every write keeps its order: the
+    decision is written before the catalog commit, the marker after it."""
+    props, _ = rest
+    timed = _TimedProxy(seaweed, 0.04)
+    direct = seaweed.client()
+    try:
+        via = {**props, "uri": timed.catalog.endpoint, "s3.endpoint": timed.s3.endpoint,
+               "oauth2-server-uri": f"{timed.catalog.endpoint}/v1/oauth/tokens"}
+        options = {**seaweed.s3_options(), "endpoint_url": timed.s3.endpoint}
+        seen = {}
+        for n in (2, 40):  # each its own table, holding one epoch before the one measured
+            table, ledger = f"analytics.events_{n}", seaweed.new_prefix()
+
+            def sink(table: str = table, ledger: str = ledger) -> IcebergSink:
+                return IcebergSink(f"iceberg://sw/{table}", "events", catalog_properties=via,
+                                   storage_options=options, ledger_uri=ledger)
+
+            for epoch, files in (("1", 1), ("2", n)):
+                s = sink()
+                txn = s.begin(epoch)
+                bucket, prefix = txn.staging_uri[len("s3://"):].split("/", 1)
+                for i in range(files):  # straight into the store, as the job writes
+                    buf = io.BytesIO()
+                    pq.write_table(rows(epoch, [10 * i, 10 * i + 1]), buf)
+                    direct.put_object(Bucket=bucket, Key=f"{prefix}/part-{i:05d}.parquet",
+                                      Body=buf.getvalue())
+                manifest = s.precommit(txn)
+                s = sink()  # a new process: nothing cached but the catalog's client
+                timed.reset()
+                assert s.commit(txn, expected_digest=manifest.digest).outcome == "committed"
+            seen[n] = (len(timed.spans), timed.rounds())
+            assert len(sink().table_target.load_table().scan().to_arrow()) == 2 + 2 * n
+        assert seen[2][0] == seen[40][0], seen
+        assert seen[2][1] <= 17 and seen[40][1] <= 17, seen
+    finally:
+        timed.close()
