@@ -15,35 +15,30 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from ..errors import StorageError
 from .ahead import MISS, ReadAhead
 from .base import CHUNK, ObjectInfo, Storage
+from .s3_copy import MULTIPART_CHUNK, MULTIPART_COPY_THRESHOLD, S3Copies
 from .s3_endpoint import check_endpoint_url, public_s3_options, redact_endpoint_url
 from .s3_errors import (
     DENIED_CODES,
     _client_error_code,
     _http_status,
     _is_cut_body,
-    _precondition_failed,
 )
 
-#: The endpoint's checks moved to :mod:`.s3_endpoint`; earlier imports of them from
-#: here still work.
+#: The endpoint's checks moved to :mod:`.s3_endpoint`, the copies to :mod:`.s3_copy`;
+#: earlier imports of them from here still work.
 __all__ = ["MULTIPART_CHUNK", "MULTIPART_COPY_THRESHOLD", "S3Storage", "check_endpoint_url",
            "public_s3_options", "redact_endpoint_url"]
 
-#: Objects above this size are copied with boto3's managed multipart copy (s3transfer's
-#: ``UploadPartCopy``; S3's single CopyObject limit is 5 GiB).
-MULTIPART_COPY_THRESHOLD = 5 * 1024**3
-MULTIPART_CHUNK = 512 * 1024**2
 T = TypeVar("T")
 
 
-class S3Storage(Storage):
+class S3Storage(S3Copies, Storage):
     scheme = "s3"
     atomic_dir_rename = False
     has_links = False  # keys are not links: nothing below a prefix leads elsewhere
@@ -331,98 +326,3 @@ class S3Storage(Storage):
                     raise StorageError(
                         f"S3 delete of s3://{bucket}/{first.get('Key')} failed: {first.get('Code')}"
                         f" ({len(errors)} objects not deleted)")
-
-    # -- promotion ------------------------------------------------------------
-    def copy_many(self, pairs: list[tuple[str, str]], sizes: dict[str, int] | None = None,
-                  etags: dict[str, str] | None = None) -> None:
-        """``etags``: the ETag each source had when it was verified.  A single-part copy's
-        ETag is its source's, so a source rewritten between verification and copy is
-        caught by the copy's own answer (no extra request) and the copy is refused."""
-        self._wrote()
-        if not pairs:
-            return
-        sizes = sizes or {}
-        etags = etags or {}
-        workers = max(1, min(self.copy_workers, len(pairs)))
-        if workers == 1:
-            for src, dst in pairs:
-                self._copy_one(src, dst, sizes.get(src), etags.get(src))
-            return
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tpc-copy") as pool:
-            futures = [pool.submit(self._copy_one, s, d, sizes.get(s), etags.get(s))
-                       for s, d in pairs]
-            errors = []
-            for fut in futures:
-                try:
-                    fut.result()
-                except StorageError as exc:
-                    errors.append(exc)
-            if errors:
-                raise StorageError(
-                    f"{len(errors)} of {len(pairs)} copies failed; first: {errors[0]}")
-
-    def _copy_one(self, src: str, dst: str, size: int | None,
-                  etag: str | None = None) -> None:
-        sbucket, skey = self._split(src)
-        dbucket, dkey = self._split(dst)
-        try:
-            if size is not None and size > self.multipart_threshold:
-                self._multipart_copy(sbucket, skey, dbucket, dkey, size, etag)
-                return
-            guard = {"CopySourceIfMatch": f'"{etag}"'} if etag is not None else {}
-            answer = self.client.copy_object(
-                Bucket=dbucket, Key=dkey, CopySource={"Bucket": sbucket, "Key": skey}, **guard)
-        except StorageError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            if _precondition_failed(exc) and etag is not None:
-                raise self._changed(src, etag) from None
-            raise self._fail("copy", src, exc) from None
-        copied = str(answer.get("CopyObjectResult", {}).get("ETag", "")).strip('"')
-        if etag is not None and copied != etag:
-            # A store that ignored the guard (moto) copied another version: take that
-            # copy back, so nothing unverified is left where readers list.
-            self.delete_files([dst])
-            raise self._changed(src, etag, copied)
-
-    def _changed(self, src: str, etag: str, now: str | None = None) -> StorageError:
-        seen = f"ETag {now}, " if now else ""
-        return StorageError(f"{self.uri(src)} changed after it was verified ({seen}the "
-                            f"manifest says {etag}); refusing to publish it")
-
-    def _multipart_copy(self, sbucket: str, skey: str, dbucket: str, dkey: str, size: int,
-                        etag: str | None) -> None:
-        """One object above ``multipart_threshold`` through boto3's managed copy
-        (s3transfer): parallel ``UploadPartCopy`` of ``multipart_chunk`` ranges, the
-        upload aborted on failure.  Every part is conditional on the source's ETag
-        (``CopySourceIfMatch``): the verified one when the manifest has it, else the
-        one s3transfer reads with a HEAD first, so a source rewritten mid-copy fails
-        the copy instead of publishing a mix of two versions."""
-        from s3transfer.manager import TransferConfig, TransferManager
-
-        config = TransferConfig(multipart_threshold=self.multipart_threshold + 1,
-                                multipart_chunksize=self.multipart_chunk,
-                                max_request_concurrency=8)
-        with TransferManager(self.client, config) as manager:
-            manager.copy({"Bucket": sbucket, "Key": skey}, dbucket, dkey,
-                         subscribers=[_KnownSource(size, etag)]).result()
-
-
-class _KnownSource:
-    """Tells s3transfer what the manifest already knows (size, ETag), so it does not
-    HEAD the source; an s3transfer subscriber (duck-typed: the job side never imports
-    s3transfer)."""
-
-    def __init__(self, size: int, etag: str | None) -> None:
-        self.size, self.etag = size, etag
-
-    def on_queued(self, future: Any, **kwargs: Any) -> None:
-        future.meta.provide_transfer_size(self.size)
-        if self.etag is not None:
-            future.meta.provide_object_etag(f'"{self.etag}"')
-
-    def on_progress(self, future: Any, bytes_transferred: int, **kwargs: Any) -> None:
-        pass
-
-    def on_done(self, future: Any, **kwargs: Any) -> None:
-        pass
