@@ -53,12 +53,13 @@ def _exchange(a: str, b: str) -> bool:
 
 
 def _status_digest(names: list[str], numbers: list[int]) -> str:
-    """sha256 over the relative names, NUL-joined, then each file's seven numbers
-    (device, inode, size, mtime ns, ctime ns, links, symlink) as little-endian
-    64-bit integers: the form both of :class:`LocalStorage`'s status digests share."""
+    """sha256 over the relative names, NUL-joined, then each file's six numbers (device,
+    inode, size, mtime ns, ctime ns, links) as little-endian 64-bit integers: the form
+    both of :class:`LocalStorage`'s status digests share.  A file's kind needs no
+    number: a file replaced by a link or folder has another inode or a new ctime."""
     sha = hashlib.sha256("\0".join(names).encode("utf-8", "surrogateescape"))
     sha.update(b"\1")
-    sha.update(struct.pack(f"<{len(numbers) // 7 * 'QQqqqQq'}", *numbers))
+    sha.update(struct.pack(f"<{len(numbers) // 6 * 'QQqqqQ'}", *numbers))
     return "sha256:" + sha.hexdigest()
 
 
@@ -134,15 +135,15 @@ class LocalStorage(Storage):
         return out
 
     def status_digest(self, prefix: str, skip: Container[str] = ()) -> StatusDigest | None:
-        # The walk of list() in its order, hashing as it goes: the names joined, the
-        # numbers packed (no string, record or entry per file), so a commit whose
-        # staging is as sealed pays about one scandir + stat pass (docs/PROTOCOL.md §3.3).
+        # The walk of list() in its order, hashing as it goes: per file one lstat and two
+        # appends, the rest per folder in C (no string, record or entry per file), so a
+        # commit whose staging is as sealed pays about one scandir + stat pass
+        # (docs/PROTOCOL.md §3.3).
         names: list[str] = []
         numbers: list[int] = []
         folders: list[str] = []
-        name, number = names.append, numbers.extend
         files = size = 0
-        is_dir, is_link = stat.S_IFDIR, stat.S_IFLNK
+        is_dir = stat.S_IFDIR
         pending = [(prefix, "", True)]
         while pending:
             folder, rel, seen = pending.pop()  # seen: no part of rel is hidden
@@ -152,24 +153,31 @@ class LocalStorage(Storage):
                 it = os.scandir(folder)
             except (FileNotFoundError, NotADirectoryError):
                 continue
+            here: list[str] = []
+            name, number, start = here.append, numbers.extend, len(numbers)
             with it:
                 for entry in it:
-                    try:  # one lstat an entry says its kind too (no is_dir/is_symlink)
+                    try:  # one lstat an entry says its kind too
                         st = entry.stat(follow_symlinks=False)
                     except FileNotFoundError:
                         continue
-                    kind, n = st.st_mode & 0o170000, entry.name
-                    if kind == is_dir:
+                    if st.st_mode & 0o170000 == is_dir:
+                        n = entry.name
                         pending.append((entry.path, f"{rel}{n}/", seen and n[0] not in "_."))
                         continue
-                    if not rel and n in skip:
-                        continue
-                    name(rel + n)
+                    name(entry.name)
                     number((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
-                            st.st_nlink, kind == is_link))
-                    if seen and n[0] not in "_.":
-                        files += 1
-                        size += st.st_size
+                            st.st_nlink))
+            if not rel:
+                for gone in set(skip).intersection(here):
+                    i = here.index(gone)
+                    del here[i], numbers[start + 6 * i:start + 6 * i + 6]
+            if seen:
+                sizes = numbers[start + 2::6]
+                hidden = [i for i, n in enumerate(here) if n[0] in "_."]
+                files += len(here) - len(hidden)
+                size += sum(sizes) - sum(sizes[i] for i in hidden)
+            names.extend(here if not rel else [rel + n for n in here])
         return StatusDigest(_status_digest(names, numbers), tuple(folders), files, size)
 
     def status_digest_of(self, prefix: str, listing: Iterable[ObjectInfo],
@@ -183,9 +191,8 @@ class LocalStorage(Storage):
                 continue
             if info.fingerprint is None:
                 return None
-            dev, ino, size, mtime, ctime = (int(n) for n in info.fingerprint.split(":"))
             names.append(rel)
-            numbers += (dev, ino, size, mtime, ctime, info.links, info.is_symlink)
+            numbers += (*(int(n) for n in info.fingerprint.split(":")), info.links)
         return _status_digest(names, numbers)
 
     def list_dirs(self, prefix: str) -> list[str]:
