@@ -55,8 +55,9 @@ from urllib.parse import urlparse
 from ..errors import TpcError
 from ..manifest import Manifest
 from ..records import DECISION, CommitDecision
+from ..storage.ahead import ahead_pool
 from .base import TableLayout, TableSink  # noqa: F401  (TableLayout: it lived here first)
-from .iceberg_commit import IcebergSnapshot
+from .iceberg_commit import IcebergSnapshot, prepare
 from .iceberg_table import IcebergTable
 from .scope import Scope
 from .staged import TableSchemaError  # noqa: F401  (re-exported)
@@ -79,6 +80,14 @@ class IcebergTarget(IcebergTable):
     def strategy(self, scope: dict[str, Any] | None = None) -> IcebergSnapshot:
         """The switch of a decision that replaces ``scope`` (its record's)."""
         return IcebergSnapshot(self, Scope.from_doc(scope))
+
+    def prepare_commit(self, txn_id: str, table: Any, manifest: Manifest, uris: list[str],
+                       sealed: dict[str, Any], scope: Scope) -> None:
+        """Build the switch's snapshot in the background while the commit verifies and
+        decides (:func:`~airflow_tpc.tables.iceberg_commit.prepare`): its CPU and its
+        manifest reads off the commit's path; its files are held until it is sent."""
+        self._prepared = (txn_id, table, ahead_pool().submit(
+            prepare, self, table, manifest, uris, sealed, scope))
 
 
 class IcebergSink(TableSink):

@@ -177,17 +177,6 @@ class IcebergTable(TableTarget):
 
             on_commit_io(table).io.prefetch_snapshot(table)
 
-    def prepare_commit(self, txn_id: str, table: Any, manifest: Any, uris: list[str],
-                       sealed: dict[str, Any], scope: Scope) -> None:
-        """Build the switch's snapshot in the background while the commit verifies and
-        decides (:func:`~airflow_tpc.tables.iceberg_commit.prepare`): its CPU and its
-        manifest reads off the commit's path; its files are held until it is sent."""
-        from ..storage.ahead import ahead_pool
-        from .iceberg_commit import prepare
-
-        self._prepared = (txn_id, table, ahead_pool().submit(
-            prepare, self, table, manifest, uris, sealed, scope))
-
     def placement_is_stable(self) -> bool:
         """Whether every process learns the same location for this table before it is
         created: true once it exists, and for catalogs whose client computes a new
