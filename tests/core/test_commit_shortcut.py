@@ -184,3 +184,22 @@ def test_a_key_repeated_in_one_object_is_refused(tmp_path, where):
     doc.pop("digest")
     with pytest.raises(ManifestError, match="repeats the key"):
         Manifest.parse(data.replace(manifest.digest.encode(), digest_of(doc).encode()))
+
+
+def test_a_second_target_beside_the_first_keeps_its_own_digest(tmp_path):
+    """Two targets side by side, same epoch, same attempt number, staged alike: a file
+    touched in one's staging sends only that commit file by file (and refuses it, the
+    bytes rewritten); the other commits by its own digest, and the refusal changes
+    nothing of either."""
+    a, b = Sink(str(tmp_path / "a"), "ns"), Sink(str(tmp_path / "b"), "ns")
+    (ta, ma), (tb, mb) = stage(a, "1", FILES), stage(b, "1", FILES)
+    assert ta.attempt == tb.attempt and ma.listing != mb.listing
+    _rewrite(os.path.join(a.layout.staging("1", ta.attempt), "a.parquet"), b"Z" * 10)
+    before = full_tree(a, str(tmp_path)), full_tree(b, str(tmp_path))
+    with pytest.raises(ManifestError, match="checksum"):
+        a.commit(ta, expected_digest=ma.digest)
+    assert (full_tree(a, str(tmp_path)), full_tree(b, str(tmp_path))) == before
+    result = b.commit(tb, expected_digest=mb.digest)
+    assert result.outcome == "committed" and _undecoded(result.manifest)
+    assert committed_contents(b) == {"1": [b"A" * 10, b"B" * 20, b"C"]}
+    assert committed_contents(a) == {}
