@@ -141,6 +141,11 @@ def _start(workdir: Path) -> Seaweed:
            # Its Lance namespace server listens on a fixed port (9101) unless disabled:
            # a second weed (another test worker, a benchmark) could not start beside.
            "-s3.port.lance=0",
+           # Every table bucket is a collection with volumes of its own, and by default
+           # weed allows free disk / 128 MB volumes: with ~35 GB free a session's table
+           # buckets ran out ("No writable volumes"). Volumes are sparse and grow as
+           # written, so a fixed generous count costs no disk.
+           "-volume.max=2000",
            *(f"-{name}={port}" for name, port in ports.items())]
     with open(log, "wb") as out:
         process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
