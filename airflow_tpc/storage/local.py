@@ -9,6 +9,7 @@ a mix, at the cost of a constant number of renames per epoch.
 
 from __future__ import annotations
 
+import array
 import contextlib
 import ctypes
 import errno
@@ -18,6 +19,7 @@ import os
 import shutil
 import stat
 import struct
+import sys
 import time
 import uuid
 from collections.abc import Container, Iterable, Iterator
@@ -59,8 +61,21 @@ def _status_digest(names: list[str], numbers: list[int]) -> str:
     number: a file replaced by a link or folder has another inode or a new ctime."""
     sha = hashlib.sha256("\0".join(names).encode("utf-8", "surrogateescape"))
     sha.update(b"\1")
-    sha.update(struct.pack(f"<{len(numbers) // 6 * 'QQqqqQ'}", *numbers))
+    try:  # the same bytes as the struct below while every number fits in 63 bits: faster
+        packed = array.array("q", numbers)
+    except OverflowError:  # a device or inode number of 2**63 or more
+        sha.update(struct.pack(f"<{len(numbers) // 6 * 'QQqqqQ'}", *numbers))
+    else:
+        if sys.byteorder == "big":
+            packed.byteswap()
+        sha.update(packed)
     return "sha256:" + sha.hexdigest()
+
+
+def _any_hidden(names: list[str]) -> bool:
+    """Whether a name starts with "_" or "." (searched in C, not name by name)."""
+    joined = "\0" + "\0".join(names)
+    return "\0_" in joined or "\0." in joined
 
 
 def _fsync_dir(path: str) -> None:
@@ -138,7 +153,9 @@ class LocalStorage(Storage):
         # The walk of list() in its order, hashing as it goes: per file one lstat and two
         # appends, the rest per folder in C (no string, record or entry per file), so a
         # commit whose staging is as sealed pays about one scandir + stat pass
-        # (docs/PROTOCOL.md §3.3).
+        # (docs/PROTOCOL.md §3.3).  Each folder is listed through a descriptor, so each
+        # lstat resolves one name, not the whole path (staging sits ~7 folders deep:
+        # ~20 % of a walk of 100k files).
         names: list[str] = []
         numbers: list[int] = []
         folders: list[str] = []
@@ -150,33 +167,39 @@ class LocalStorage(Storage):
             if rel:
                 folders.append(rel[:-1])
             try:
-                it = os.scandir(folder)
+                fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
             except (FileNotFoundError, NotADirectoryError):
                 continue
             here: list[str] = []
             name, number, start = here.append, numbers.extend, len(numbers)
-            with it:
-                for entry in it:
-                    try:  # one lstat an entry says its kind too
-                        st = entry.stat(follow_symlinks=False)
-                    except FileNotFoundError:
-                        continue
-                    if st.st_mode & 0o170000 == is_dir:
-                        n = entry.name
-                        pending.append((entry.path, f"{rel}{n}/", seen and n[0] not in "_."))
-                        continue
-                    name(entry.name)
-                    number((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
-                            st.st_nlink))
+            try:
+                with os.scandir(fd) as it:  # scandir reads a duplicate of fd
+                    for entry in it:
+                        try:  # one lstat an entry says its kind too
+                            st = entry.stat(follow_symlinks=False)
+                        except FileNotFoundError:
+                            continue
+                        if st.st_mode & 0o170000 == is_dir:
+                            n = entry.name
+                            pending.append((f"{folder}/{n}", f"{rel}{n}/",
+                                            seen and n[0] not in "_."))
+                            continue
+                        name(entry.name)
+                        number((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                                st.st_nlink))
+            finally:
+                os.close(fd)
             if not rel:
                 for gone in set(skip).intersection(here):
                     i = here.index(gone)
                     del here[i], numbers[start + 6 * i:start + 6 * i + 6]
             if seen:
                 sizes = numbers[start + 2::6]
-                hidden = [i for i, n in enumerate(here) if n[0] in "_."]
-                files += len(here) - len(hidden)
-                size += sum(sizes) - sum(sizes[i] for i in hidden)
+                files, size = files + len(here), size + sum(sizes)
+                if _any_hidden(here):  # rare: staging holds data files
+                    hidden = [i for i, n in enumerate(here) if n[0] in "_."]
+                    files -= len(hidden)
+                    size -= sum(sizes[i] for i in hidden)
             names.extend(here if not rel else [rel + n for n in here])
         return StatusDigest(_status_digest(names, numbers), tuple(folders), files, size)
 

@@ -9,8 +9,10 @@ to the file-by-file checks, which refuse it or let it through exactly as before.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import struct
 
 import pytest
 
@@ -24,6 +26,7 @@ from airflow_tpc.manifest import (
 )
 from airflow_tpc.staging import SEAL_NAMES
 from airflow_tpc.storage import LocalStorage
+from airflow_tpc.storage.local import _status_digest
 
 from .helpers import committed_contents, full_tree, stage
 
@@ -57,6 +60,34 @@ def test_the_status_digest_of_a_walk_equals_that_of_a_listing(tmp_path):
     assert scan.digest != storage.status_digest(top).digest  # the manifest counted now
     os.utime(os.path.join(top, "d=1", "e=2", "c.parquet"), ns=(1, 1))
     assert storage.status_digest(top, SEAL_NAMES).digest != scan.digest
+
+
+def test_the_status_digest_is_the_encoding_protocol_3_3_gives(tmp_path):
+    """sha256 over the names NUL-joined, b"\\1", then per file device, inode, size, mtime
+    ns, ctime ns and links as little-endian ``QQqqqQ``: a file from before 1970 (negative
+    times) and numbers of 2**63 or more (unsigned fields) encode as the spec says, so the
+    fast packing a walk uses agrees with any other writer of the same digest."""
+    top = tmp_path / "s"
+    (top / "d=1").mkdir(parents=True)
+    for rel in ("a.parquet", "d=1/b.parquet"):
+        (top / rel).write_bytes(b"x" * len(rel))
+    os.utime(top / "a.parquet", ns=(-10**9 - 7, -10**9 - 7))  # before 1970
+    numbers = []
+    for rel in ("a.parquet", "d=1/b.parquet"):
+        st = os.lstat(top / rel)
+        numbers += [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                    st.st_nlink]
+
+    def spec(names: list[str], nums: list[int]) -> str:
+        sha = hashlib.sha256("\0".join(names).encode() + b"\1")
+        sha.update(struct.pack("<" + "QQqqqQ" * (len(nums) // 6), *nums))
+        return "sha256:" + sha.hexdigest()
+
+    # a folder's files before its subfolders' (the walk's order and list()'s)
+    assert LocalStorage().status_digest(str(top)).digest == \
+        spec(["a.parquet", "d=1/b.parquet"], numbers)
+    huge = [2**64 - 1, 2**63, 5, -3, 7, 2**63 + 1]
+    assert _status_digest(["x"], huge) == spec(["x"], huge)
 
 
 def test_a_commit_as_sealed_decodes_no_entry_and_drops_hidden_folders(tmp_path):
