@@ -20,8 +20,12 @@ list (which only needs each manifest's length, known from its bytes) uploads bes
 the manifests; :meth:`CommitFileIO.flush` waits for every one before the catalog
 commit is sent, so the catalog never names a file that is not written.
 
-Only public pyiceberg API: :class:`FileIO` and its files, and ``Table.io``.  Every
-request still goes through the table's own FileIO (its credentials, vended or not).
+Each of these files is one request: on S3 a GET without a HEAD before it, and a
+single PUT rather than a multipart upload (:mod:`.iceberg_s3io`, made from the FileIO's
+own properties, where that changes nothing else); elsewhere the FileIO's own.
+
+Only public pyiceberg API: :class:`FileIO` and its files, its ``properties``, and
+``Table.io``.  Every request carries the table's own credentials (vended or not).
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from pyiceberg.io import FileIO, InputFile, InputStream, OutputFile, OutputStream
+
+from .iceberg_s3io import direct_s3
 
 log = logging.getLogger("airflow_tpc")
 
@@ -66,6 +72,8 @@ class CommitFileIO(FileIO):
     def __init__(self, inner: FileIO) -> None:
         super().__init__(inner.properties)
         self.inner = inner
+        #: One request per metadata file on S3, where the FileIO's settings allow it.
+        self.direct = direct_s3(inner)
         self._lock = threading.Lock()
         #: Reads of immutable files, done or under way (and files written here).
         self._reads: dict[str, Future[bytes]] = {}
@@ -127,6 +135,8 @@ class CommitFileIO(FileIO):
         _pool().submit(chain)
 
     def _fetch(self, location: str) -> bytes:
+        if self.direct is not None and self.direct.handles(location):
+            return self.direct.get(location)
         with self.inner.new_input(location).open(seekable=False) as stream:
             return stream.read()  # type: ignore[no-any-return]
 
@@ -170,6 +180,9 @@ class CommitFileIO(FileIO):
             self._held = None
 
     def _upload(self, location: str, data: bytes) -> None:
+        if self.direct is not None and self.direct.handles(location):
+            self.direct.put(location, data)
+            return
         with self.inner.new_output(location).create(overwrite=True) as stream:
             stream.write(data)
 
