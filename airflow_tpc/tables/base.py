@@ -55,7 +55,9 @@ from .target import (  # noqa: F401  (re-exported: they lived here first)
 )
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..ledger import AttemptRecords
     from ..manifest import Manifest
+    from ..records import CommitDecision
     from ..storage import ObjectInfo
 
 log = logging.getLogger("airflow_tpc")
@@ -295,6 +297,16 @@ class TableSink(Sink):
             # beside the rest of the commit, and sent only after the decision.
             self.table_target.prepare_commit(txn.txn_id, table, manifest, uris, sealed,
                                              self.scope)
+
+    def _decide_commit(self, txn: Transaction, attempts: dict[int, AttemptRecords],
+                       expected_digest: str | None, force: bool
+                       ) -> tuple[Manifest, CommitDecision, bool]:
+        """The core's decision; once it is written, the table commit built beside it
+        sends its files (:meth:`TableTarget.decided`) while the switch reads the marker:
+        nothing reaches the table's store before the decision, as before."""
+        decided = super()._decide_commit(txn, attempts, expected_digest, force)
+        self.table_target.decided(txn.txn_id)
+        return decided
 
     def commit(self, txn: Transaction, *, expected_digest: str | None = None,
                force: bool = False) -> CommitResult:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LedgerError, StorageError
@@ -206,13 +206,26 @@ class IcebergSnapshot(TableCommit):
 
 @dataclass
 class Prepared:
-    """A table commit built before its decision, its files held unwritten."""
+    """A table commit built before its decision, its files held unwritten until the
+    decision is written (:meth:`send_files`)."""
 
     tx: Any
     table: Any
     #: What it was built from: the switch takes it only if its own inputs are these.
     staged: Staged
     scope: Scope
+    #: The files uploaded once the commit was decided (:meth:`send_files`).
+    sent: list[str] = field(default_factory=list)
+
+    def send_files(self) -> None:
+        """The commit is decided: upload its held files now, in the background, while
+        the switch reads the published marker (one round trip less on the commit's
+        path); :meth:`IcebergSnapshot._commit` waits for them before the catalog
+        commit.  Files of a commit then never sent (a higher attempt won meanwhile)
+        are unreferenced metadata files, as a failed Iceberg commit leaves."""
+        from .iceberg_io import release
+
+        self.sent = release(self.table)
 
     def serves(self, staged: Staged, scope: Scope) -> bool:
         """Whether the switch would build this very commit: the same manifest, files,
@@ -222,10 +235,11 @@ class Prepared:
             and scope.to_doc() == self.scope.to_doc()
 
     def discard(self) -> None:
-        """Never sent: its files are never written."""
+        """Never sent: its held files are never written (those sent after the decision
+        are waited for and forgotten)."""
         from .iceberg_io import discard_held
 
-        discard_held(self.table)
+        discard_held(self.table, self.sent)
 
 
 def prepare(target: IcebergTable, table: Table, manifest: Manifest, uris: list[str],
@@ -233,9 +247,10 @@ def prepare(target: IcebergTable, table: Table, manifest: Manifest, uris: list[s
     """The transaction the switch of ``manifest`` would build on ``table`` from the sealed
     statistics, built now (in the background, while the commit verifies and decides)
     with every file it writes held in memory: nothing reaches the store before the
-    switch sends it, after the decision (:meth:`IcebergSnapshot._commit`, which takes it
-    only for this very table object and the same sealed statistics).  None: the table
-    needs no commit of it (it holds it, or a higher attempt)."""
+    decision is written (:meth:`Prepared.send_files`); the switch sends it
+    (:meth:`IcebergSnapshot._commit`, which takes it only for this very table object
+    and the same sealed statistics).  None: the table needs no commit of it (it holds
+    it, or a higher attempt)."""
     from .iceberg_io import hold
 
     strategy = IcebergSnapshot(target, scope)

@@ -165,12 +165,25 @@ class CommitFileIO(FileIO):
             if self._held is None:
                 self._held = []
 
-    def release(self) -> None:
-        """Upload the held files (in the background) and stop holding."""
+    def release(self) -> list[str]:
+        """Upload the held files (in the background) and stop holding; their locations."""
         with self._lock:
             held, self._held = self._held or [], None
             for location, data in held:
                 self._writes[location] = _pool().submit(self._upload, location, data)
+        return [location for location, _ in held]
+
+    def forget(self, locations: list[str]) -> None:
+        """Files released for a commit that is then never sent: their uploads are waited
+        for (none outlives the attempt) and forgotten — an upload of theirs that failed
+        is no concern of the commit built instead, whose files are others."""
+        with self._lock:
+            uploads = [self._writes.pop(loc, None) for loc in locations]
+            for loc in locations:
+                self._reads.pop(loc, None)
+        for fut in uploads:
+            if fut is not None and fut.exception() is not None:
+                log.debug("an upload of a commit not sent failed: %s", fut.exception())
 
     def discard_held(self) -> None:
         """Forget the held files (a commit built and never sent: nothing was written)."""
@@ -255,9 +268,17 @@ def hold(table: Any) -> None:
     on_commit_io(table).io.hold()
 
 
-def discard_held(table: Any) -> None:
+def discard_held(table: Any, released: list[str] | None = None) -> None:
+    """A commit built and never sent: its held files dropped, those ``released`` already
+    waited for and forgotten."""
     if isinstance(table.io, CommitFileIO):
         table.io.discard_held()
+        table.io.forget(released or [])
+
+
+def release(table: Any) -> list[str]:
+    """Start uploading the held files (the commit was decided); their locations."""
+    return table.io.release() if isinstance(table.io, CommitFileIO) else []
 
 
 class _OnceInput(InputFile):

@@ -167,6 +167,19 @@ class IcebergTable(TableTarget):
                 self._location = staged.table_metadata.location.rstrip("/")
         return self._location
 
+    def load_for_commit(self) -> Table | None:
+        """The table, and its current snapshot's manifest list and manifests read from
+        now on in the background (:meth:`hand_over` says why): started as soon as the
+        table is loaded, beside the commit's other reads, not after them.  Immutable
+        files, so reading them early is exact; a commit refused before its decision
+        has read two or three small files for nothing."""
+        table = self.load_table()
+        if table is not None:
+            from .iceberg_io import on_commit_io
+
+            on_commit_io(table).io.prefetch_snapshot(table)
+        return table
+
     def hand_over(self, txn_id: str | None, table: Any) -> None:
         """Keep the table for the switch, and start reading what its commit reads next
         (the current snapshot's manifest list and manifests: immutable files) in the

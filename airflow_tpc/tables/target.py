@@ -143,7 +143,12 @@ class TableTarget:
         """Start loading the table in the background for ``txn_id``'s check before the
         decision (:meth:`loaded_ahead`), beside the commit's other first reads."""
         if self.loads_ahead:
-            self._ahead = (txn_id, ahead_pool().submit(self.load_table))
+            self._ahead = (txn_id, ahead_pool().submit(self.load_for_commit))
+
+    def load_for_commit(self) -> Any:
+        """The table, loaded for a commit (default: :meth:`load_table`; a format may
+        start reading ahead what the commit reads of it next)."""
+        return self.load_table()
 
     def loaded_ahead(self, txn_id: str) -> Any:
         """The table loaded ahead for ``txn_id`` (once), else a load now; a load ahead
@@ -162,6 +167,13 @@ class TableTarget:
         send on ``table`` from the sealed statistics (which hold for it), writing nothing
         until the switch sends it (:meth:`take_prepared`).  Default: nothing (the switch
         builds its commit itself)."""
+
+    def decided(self, txn_id: str) -> None:
+        """``txn_id``'s commit decision is written: the commit prepared for it may send
+        its files now (once built).  Default: nothing prepared, nothing to send."""
+        prepared = self._prepared
+        if prepared is not None and prepared[0] == txn_id:
+            prepared[2].add_done_callback(_send_files)
 
     def take_prepared(self, txn_id: str, table: Any) -> Any:
         """The commit prepared for ``txn_id`` on this very table object (once), or None
@@ -280,6 +292,12 @@ class TableTarget:
                                 f"(columns {', '.join(cols)}); a new table is created from "
                                 "one schema")
         return problems
+
+
+def _send_files(fut: Future[Any]) -> None:
+    """A prepared commit, decided: its held files go out (see :meth:`decided`)."""
+    if not fut.cancelled() and fut.exception() is None and fut.result() is not None:
+        fut.result().send_files()
 
 
 def _discard(fut: Future[Any]) -> None:
