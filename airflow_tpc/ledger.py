@@ -52,6 +52,7 @@ import json
 import logging
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +87,7 @@ from .records import (
     parse_record,
 )
 from .storage import Storage
+from .storage.ahead import ahead_pool
 
 #: The record kinds and the layout's names are part of this module's interface too: the
 #: layout moved to :mod:`airflow_tpc.layout`, and every earlier import of it still works.
@@ -269,6 +271,15 @@ class Ledger:
             if m and EPOCH_RE.fullmatch(m.group(1)) and int(m.group(2)) >= 1:
                 out[m.group(1)].add(int(m.group(2)))
         return dict(out) if complete else None
+
+    def pending_soon(self) -> Callable[[], dict[str, set[int]] | None]:
+        """:meth:`pending`, listed from now on: in the background on a store with
+        latency (one that reads ahead, :mod:`airflow_tpc.storage.ahead`), else when
+        asked.  The answer is the index as it stood at some moment between this call
+        and the call of what it returns (which raises what the listing raised)."""
+        if getattr(self.storage, "read_now", None) is None:
+            return self.pending
+        return ahead_pool().submit(self.pending).result
 
     def sync_pending(self, scan: dict[str, dict[int, AttemptRecords]],
                      listed: dict[str, set[int]] | None,

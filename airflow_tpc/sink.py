@@ -252,10 +252,11 @@ class Sink(SinkMaintenance, SinkQueries):
                 raise CommitConflict(f"{txn.txn_id} was committed with manifest "
                                      f"{decision.manifest_digest}, not {expected_digest}")
             outcome = "already_committed"
+        soon = self._list_pending_soon(attempts)  # a read, beside the promotion
         winner = self._finish_epoch(epoch, attempts, known=manifest)
         if winner != txn.attempt:
             outcome = "superseded"
-        rolled = self._roll_forward_pending(epoch, attempts)
+        rolled = self._roll_forward_pending(epoch, attempts, soon)
         if outcome == "committed":
             log.info("committed %s: %d files, %d bytes", txn.txn_id, manifest.total_files,
                      manifest.total_bytes)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from . import promote as _promote
 from .errors import GroupMemberError, InvalidState, LedgerError, ManifestError, StorageError
@@ -37,6 +39,15 @@ from .records import (
 from .sink_claim import SinkClaim
 
 log = logging.getLogger("airflow_tpc")
+
+
+@dataclass(frozen=True)
+class PendingSoon:
+    """The pending index being listed since a commit's decision, and the epoch's
+    attempts already finished when it was started."""
+
+    listed: Callable[[], dict[str, set[int]] | None]
+    finished: frozenset[int]
 
 
 class SinkFinish(SinkClaim):
@@ -166,16 +177,31 @@ class SinkFinish(SinkClaim):
                 orec.kinds.add(SUPERSEDED)
         return attempt
 
-    def _roll_forward_pending(self, epoch: str, attempts: dict[int, AttemptRecords]
-                              ) -> list[tuple[str, int]]:
+    def _list_pending_soon(self, attempts: dict[int, AttemptRecords]) -> PendingSoon:
+        """Start listing the pending index for :meth:`_roll_forward_pending` now, once
+        the epoch's decision is known: the listing then runs beside its promotion (a
+        read, on no write's path) instead of after it."""
+        return PendingSoon(self.ledger.pending_soon(), frozenset(
+            a for a, r in attempts.items() if r.kinds & FINISHED_KINDS))
+
+    def _roll_forward_pending(self, epoch: str, attempts: dict[int, AttemptRecords],
+                              soon: PendingSoon | None = None) -> list[tuple[str, int]]:
         """After a commit of ``epoch``: finish every other epoch the pending index names.
 
         One listing of the index and one of each epoch it names, so the cost follows
         unfinished work, not history.  Entries of finished (or unknown) attempts are
         dropped on the way.  A target without a complete index (written before it
         existed) gets one full scan, after which the index is built.
+
+        ``soon``: the index as listed since the decision (:meth:`_list_pending_soon`).
+        Each epoch it names is listed afresh here, after the promotion, as before, so
+        only an entry written meanwhile by another writer is missed (that writer, the
+        next commit or recover finishes it); and an entry of this epoch's attempts
+        finished since it was started was just removed by this call, not again.
         """
-        listed = self.ledger.pending()
+        listed = soon.listed() if soon is not None else self.ledger.pending()
+        done_here = {a for a, r in attempts.items() if r.kinds & FINISHED_KINDS} \
+            - soon.finished if soon is not None else set()
         if listed is None:
             scan = self.ledger.scan()
             scan[epoch] = attempts
@@ -190,6 +216,8 @@ class SinkFinish(SinkClaim):
         for other, numbers in listed.items():
             known = scan[other]
             for attempt in numbers:
+                if other == epoch and attempt in done_here:
+                    continue  # removed by this call after the index was listed
                 rec = known.get(attempt)
                 # Unknown to a listing made after the index was: never a live attempt
                 # (entries follow begin.json).  This epoch was listed before, so an

@@ -180,11 +180,13 @@ class S3Storage(S3Copies, Storage):
 
     def _wrote(self) -> None:
         """Every write drops the reads ahead not yet served (:mod:`.ahead`)."""
-        if self._ahead is not None:
-            self._ahead.drop()
+        ahead = self._ahead
+        if ahead is not None:
+            ahead.drop()
 
     def read_bytes(self, path: str) -> bytes | None:
-        if self._ahead is not None and (got := self._ahead.serve("read", path)) is not MISS:
+        ahead = self._ahead  # once: the verb may end its block meanwhile (None)
+        if ahead is not None and (got := ahead.serve("read", path)) is not MISS:
             return got  # type: ignore[no-any-return]
         return self._read_bytes(path)
 
@@ -219,7 +221,8 @@ class S3Storage(S3Copies, Storage):
             raise self._fail("read", path, exc) from None
 
     def list(self, prefix: str) -> list[ObjectInfo]:
-        if self._ahead is not None and (got := self._ahead.serve("list", prefix)) is not MISS:
+        ahead = self._ahead
+        if ahead is not None and (got := ahead.serve("list", prefix)) is not MISS:
             return got  # type: ignore[no-any-return]
         return self._list(prefix)
 
