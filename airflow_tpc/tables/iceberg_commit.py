@@ -9,6 +9,7 @@ transaction that replaces the scope's rows with the staged files.
 from __future__ import annotations
 
 import logging
+import threading
 import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -216,6 +217,10 @@ class Prepared:
     scope: Scope
     #: The files uploaded once the commit was decided (:meth:`send_files`).
     sent: list[str] = field(default_factory=list)
+    #: Sending (a pool thread, once the build is done) and discarding (the switch) may
+    #: meet: one at a time, and nothing is sent once discarded.
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _discarded: bool = False
 
     def send_files(self) -> None:
         """The commit is decided: upload its held files now, in the background, while
@@ -225,7 +230,9 @@ class Prepared:
         are unreferenced metadata files, as a failed Iceberg commit leaves."""
         from .iceberg_io import release
 
-        self.sent = release(self.table)
+        with self._lock:
+            if not self._discarded:
+                self.sent = release(self.table)
 
     def serves(self, staged: Staged, scope: Scope) -> bool:
         """Whether the switch would build this very commit: the same manifest, files,
@@ -239,7 +246,9 @@ class Prepared:
         are waited for and forgotten)."""
         from .iceberg_io import discard_held
 
-        discard_held(self.table, self.sent)
+        with self._lock:
+            self._discarded = True
+            discard_held(self.table, self.sent)
 
 
 def prepare(target: IcebergTable, table: Table, manifest: Manifest, uris: list[str],
