@@ -136,6 +136,16 @@ def decode_canonical(data: bytes, where: str) -> tuple[dict[str, Any], str | Non
 _FILES_OPEN, _FILES_CLOSE = b',"files":[', b'],"f'
 
 
+def _find_files_close(data: bytes, start: int) -> int:
+    """``data.find(_FILES_CLOSE, start)``, found by its first byte: a search for one
+    byte runs at memory speed, one for four scans ~50x slower (20 ms of a commit of
+    100,000 files), and a ``]`` inside a path only costs one more search."""
+    pos = data.find(b"]", start)
+    while pos >= 0 and not data.startswith(_FILES_CLOSE, pos):
+        pos = data.find(b"]", pos + 1)
+    return pos
+
+
 def split_trusted(data: bytes, trusted: str) -> tuple[bytes, memoryview] | None:
     """A canonical manifest whose bytes prove the digest ``trusted``, as its header
     (``files`` emptied) and a view of its ``files`` array (not a copy: 15 MB at
@@ -146,7 +156,7 @@ def split_trusted(data: bytes, trusted: str) -> tuple[bytes, memoryview] | None:
     if not data.startswith(_FILES_OPEN, start):
         return None
     first = start + len(_FILES_OPEN)
-    close = data.find(_FILES_CLOSE, first - 1)
+    close = _find_files_close(data, first - 1)
     if close < 0:
         return None
     return data[:first] + data[close:], memoryview(data)[first - 1:close + 1]

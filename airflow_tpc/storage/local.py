@@ -54,12 +54,13 @@ def _exchange(a: str, b: str) -> bool:
     raise OSError(err, os.strerror(err), b)
 
 
-def _status_digest(names: list[str], numbers: list[int]) -> str:
-    """sha256 over the relative names, NUL-joined, then each file's six numbers (device,
-    inode, size, mtime ns, ctime ns, links) as little-endian 64-bit integers: the form
+def _status_digest(joined: str, numbers: list[int]) -> str:
+    """sha256 over the relative names, NUL-joined (``joined``), then each file's six
+    numbers (device, inode, size, mtime ns, ctime ns, links) as little-endian 64-bit
+    integers (``<QQqqqQ``): the form
     both of :class:`LocalStorage`'s status digests share.  A file's kind needs no
     number: a file replaced by a link or folder has another inode or a new ctime."""
-    sha = hashlib.sha256("\0".join(names).encode("utf-8", "surrogateescape"))
+    sha = hashlib.sha256(joined.encode("utf-8", "surrogateescape"))
     sha.update(b"\1")
     try:  # the same bytes as the struct below while every number fits in 63 bits: faster
         packed = array.array("q", numbers)
@@ -72,10 +73,11 @@ def _status_digest(names: list[str], numbers: list[int]) -> str:
     return "sha256:" + sha.hexdigest()
 
 
-def _any_hidden(names: list[str]) -> bool:
-    """Whether a name starts with "_" or "." (searched in C, not name by name)."""
-    joined = "\0" + "\0".join(names)
-    return "\0_" in joined or "\0." in joined
+def _any_hidden(joined: str, rel: str) -> bool:
+    """Whether a name of folder ``rel`` starts with "_" or "." (``joined``: its files'
+    relative names, NUL-joined), searched in C, not name by name."""
+    probe = "\0" + joined
+    return f"\0{rel}_" in probe or f"\0{rel}." in probe
 
 
 def _fsync_dir(path: str) -> None:
@@ -156,7 +158,7 @@ class LocalStorage(Storage):
         # (docs/PROTOCOL.md §3.3).  Each folder is listed through a descriptor, so each
         # lstat resolves one name, not the whole path (staging sits ~7 folders deep:
         # ~20 % of a walk of 100k files).
-        names: list[str] = []
+        joined: list[str] = []  # each folder's relative names, NUL-joined
         numbers: list[int] = []
         folders: list[str] = []
         files = size = 0
@@ -193,15 +195,18 @@ class LocalStorage(Storage):
                 for gone in set(skip).intersection(here):
                     i = here.index(gone)
                     del here[i], numbers[start + 6 * i:start + 6 * i + 6]
+            names = "\0".join(map(rel.__add__, here) if rel else here)
             if seen:
                 sizes = numbers[start + 2::6]
                 files, size = files + len(here), size + sum(sizes)
-                if _any_hidden(here):  # rare: staging holds data files
+                if _any_hidden(names, rel):  # rare: staging holds data files
                     hidden = [i for i, n in enumerate(here) if n[0] in "_."]
                     files -= len(hidden)
                     size -= sum(sizes[i] for i in hidden)
-            names.extend(here if not rel else [rel + n for n in here])
-        return StatusDigest(_status_digest(names, numbers), tuple(folders), files, size)
+            if names:
+                joined.append(names)
+        return StatusDigest(_status_digest("\0".join(joined), numbers), tuple(folders), files,
+                            size)
 
     def status_digest_of(self, prefix: str, listing: Iterable[ObjectInfo],
                          skip: Container[str] = ()) -> str | None:
@@ -216,7 +221,7 @@ class LocalStorage(Storage):
                 return None
             names.append(rel)
             numbers += (*(int(n) for n in info.fingerprint.split(":")), info.links)
-        return _status_digest(names, numbers)
+        return _status_digest("\0".join(names), numbers)
 
     def list_dirs(self, prefix: str) -> list[str]:
         try:

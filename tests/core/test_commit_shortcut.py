@@ -87,7 +87,7 @@ def test_the_status_digest_is_the_encoding_protocol_3_3_gives(tmp_path):
     assert LocalStorage().status_digest(str(top)).digest == \
         spec(["a.parquet", "d=1/b.parquet"], numbers)
     huge = [2**64 - 1, 2**63, 5, -3, 7, 2**63 + 1]
-    assert _status_digest(["x"], huge) == spec(["x"], huge)
+    assert _status_digest("x", huge) == spec(["x"], huge)
 
 
 def test_a_commit_as_sealed_decodes_no_entry_and_drops_hidden_folders(tmp_path):
@@ -196,6 +196,19 @@ def test_trusted_parse_reads_the_header_and_checks_entries_when_asked(tmp_path):
     lazy_bad = Manifest.parse(bad, trusted=json.loads(bad)["digest"])
     with pytest.raises(ManifestError, match="totals"):
         list(lazy_bad.files)
+
+
+def test_trusted_parse_of_paths_holding_brackets(tmp_path):
+    """The end of ``files`` is found by its ``]``: paths holding ``]`` (and ``],``)
+    before it change nothing of the header or the entries."""
+    sink = Sink(str(tmp_path / "t"), "ns")
+    files = {"a].parquet": b"A", "d=[1]/b],f.parquet": b"BB", "c[0].parquet": b"C"}
+    _, manifest = stage(sink, "1", files)
+    data = manifest.to_json_bytes()
+    assert data.count(b"]") > 3
+    lazy = Manifest.parse(data, trusted=manifest.digest)
+    assert _undecoded(lazy) and (lazy.total_files, lazy.total_bytes) == (3, 4)
+    assert lazy == Manifest.parse(data) and list(lazy.files) == list(manifest.files)
 
 
 @pytest.mark.parametrize("where", ["top", "entry"])
