@@ -13,14 +13,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from typing import Any
 
-from .errors import TpcError
+from .errors import LedgerError, TpcError
 from .faults import crashpoint
 from .group_records import GroupAbort, GroupCommit, GroupLedger
 from .ledger import AttemptRecords
 from .manifest import Manifest
-from .records import BEGIN, CLOSED, DECISION, PUBLISHED, Begin
-from .sink import Sink
+from .records import BEGIN, CLOSED, DECISION, PUBLISHED, Begin, CommitDecision
+from .sink import Sink, state_of_decision
 
 log = logging.getLogger("airflow_tpc")
 
@@ -48,8 +49,8 @@ class GroupFinish:
             self._switch_tables_at_once(epoch, attempt, decision, known or {})
         published = {}
         for name in sorted(decision.members):
-            published[name] = self.sinks[name]._commit_member(
-                epoch, attempt, decision.members[name], (known or {}).get(name))
+            published[name] = commit_member(
+                self.sinks[name], epoch, attempt, decision.members[name], (known or {}).get(name))
             crashpoint("group.after_member")
         if PUBLISHED not in rec.kinds and all(a is not None and a >= attempt
                                               for a in published.values()):
@@ -72,7 +73,7 @@ class GroupFinish:
         changes = []
         for name in sorted(decision.members):
             sink = self.sinks[name]
-            sink._decide_member(epoch, attempt, decision.members[name])
+            decide_member(sink, epoch, attempt, decision.members[name])
             change = sink._prepared_switch(epoch, attempt, known.get(name))
             if change is not None:
                 changes.append(change)
@@ -127,3 +128,37 @@ class GroupFinish:
                     and begin.group.get("uri", "").rstrip("/") == self.uri:
                 sink._abort(epoch, attempt, f"group: {reason}", expired, by_group=True)
                 crashpoint("group.abort.after_member")
+
+
+# ------------------------------------------------------------ on one member target
+def commit_member(sink: Sink, epoch: str, attempt: int, doc: dict[str, Any],
+                  known: Manifest | None = None) -> int | None:
+    """Carry out a group's commit decision on member target ``sink``: write the member's
+    own decision (``doc``, recorded in the group's decision) once, then finish the
+    epoch as any commit does.  Idempotent; the winning attempt of the epoch."""
+    attempts = sink.ledger.scan(epoch).get(epoch, {})
+    rec = attempts.setdefault(attempt, AttemptRecords())
+    decide_member(sink, epoch, attempt, doc, rec)
+    won = sink._finish_epoch(epoch, attempts, known=known)
+    sink._roll_forward_pending(epoch, attempts)
+    return won
+
+
+def decide_member(sink: Sink, epoch: str, attempt: int, doc: dict[str, Any],
+                  rec: AttemptRecords | None = None) -> None:
+    """Write a member's decision (a copy of its group's) once, and check that the one
+    there is that copy."""
+    if rec is None:
+        rec = sink.ledger.scan(epoch).get(epoch, {}).get(attempt, AttemptRecords())
+    if DECISION not in rec.kinds:
+        _, winner = sink.ledger.create_or_get(epoch, attempt, DECISION, doc)
+        rec.kinds.add(DECISION)
+        rec.docs[DECISION] = winner
+    decision = sink._decision(epoch, attempt, rec)
+    if not isinstance(decision, CommitDecision) \
+            or decision.manifest_digest != doc["manifest_digest"]:
+        raise LedgerError(
+            f"{sink.storage.uri(sink.layout.record(epoch, attempt, DECISION))} does not "
+            f"carry its group's commit of manifest {doc['manifest_digest']} (it is "
+            f"{state_of_decision(decision) if decision else 'missing'}): the ledger was "
+            "changed outside airflow-tpc. Nothing was promoted on its account.")

@@ -55,6 +55,7 @@ from .staging import (
     checksum_for,
     digest_bytes,
     fingerprints_doc,
+    in_background,
     list_staged,
     on_threads,
     verify_against_storage,
@@ -247,7 +248,7 @@ class Sink(SinkMaintenance, SinkQueries):
         if manifest is None:
             if not isinstance(decision, CommitDecision):
                 raise InvalidState(f"cannot commit {txn.txn_id}: it was "
-                                   f"{_state_of_decision(decision)} ({decision.reason})")
+                                   f"{state_of_decision(decision)} ({decision.reason})")
             if expected_digest and decision.manifest_digest != expected_digest:
                 raise CommitConflict(f"{txn.txn_id} was committed with manifest "
                                      f"{decision.manifest_digest}, not {expected_digest}")
@@ -272,7 +273,7 @@ class Sink(SinkMaintenance, SinkQueries):
                                                     decision.to_doc(manifest))
         if not isinstance(winner, CommitDecision) or winner.manifest_digest != manifest.digest:
             raise CommitConflict(f"{txn.txn_id} was decided concurrently by another "
-                                 f"committer: {_state_of_decision(winner)}")  # type: ignore[arg-type]
+                                 f"committer: {state_of_decision(winner)}")  # type: ignore[arg-type]
         crashpoint("commit.after_decision")
         return manifest, winner, created
 
@@ -293,7 +294,13 @@ class Sink(SinkMaintenance, SinkQueries):
                       "stale; if a newer run already rewrote this epoch, that output is lost",
                       txn.txn_id, txn.age(), txn.timeout_s)
         self._warn_age(txn)
-        manifest = self.read_manifest(txn, trusted=expected_digest)
+        # The manifest is read and hashed on a thread (I/O and sha256, off the GIL) while
+        # this one walks staging, which the shortcut compares with it (PROTOCOL §3.3).
+        read = in_background(lambda: self.read_manifest(txn, trusted=expected_digest))
+        staging = self.layout.check_staging(txn.epoch, txn.attempt)
+        walked = self.storage.status_digest(staging, SEAL_NAMES) \
+            if self.config.verify != "checksum" else None
+        manifest = read()
         if manifest is None:
             raise InvalidState(f"cannot commit {txn.txn_id}: it is not pre-committed (no "
                                f"manifest at {self.manifest_uri(txn)})")
@@ -303,8 +310,8 @@ class Sink(SinkMaintenance, SinkQueries):
                                 "changed after pre-commit")
         self._check_before_decision(txn, manifest)
         folders = verify_against_storage(
-            self.storage, self.layout.check_staging(txn.epoch, txn.attempt), manifest,
-            self.config.verify, seal=self.layout.sealed(txn.epoch, txn.attempt))
+            self.storage, staging, manifest, self.config.verify,
+            seal=self.layout.sealed(txn.epoch, txn.attempt), walked=walked)
         if folders is not None:
             manifest = dataclasses.replace(manifest, staging_folders=folders)
         return manifest, CommitDecision.for_manifest(
@@ -316,38 +323,6 @@ class Sink(SinkMaintenance, SinkQueries):
         """The target's own check of a sealed attempt, just before its commit is decided
         (a table checks the sealed files against the table as it is now).  A folder
         has none: staging is verified against the manifest next, for every target."""
-
-    # ---------------------------------------------------- a group's member
-    def _commit_member(self, epoch: str, attempt: int, doc: dict[str, Any],
-                       known: Manifest | None = None) -> int | None:
-        """Carry out a group's commit decision on this member target: write the member's
-        own decision (``doc``, recorded in the group's decision) once, then finish the
-        epoch as any commit does.  Idempotent; the winning attempt of the epoch."""
-        attempts = self.ledger.scan(epoch).get(epoch, {})
-        rec = attempts.setdefault(attempt, AttemptRecords())
-        self._decide_member(epoch, attempt, doc, rec)
-        won = self._finish_epoch(epoch, attempts, known=known)
-        self._roll_forward_pending(epoch, attempts)
-        return won
-
-    def _decide_member(self, epoch: str, attempt: int, doc: dict[str, Any],
-                       rec: AttemptRecords | None = None) -> None:
-        """Write a member's decision (a copy of its group's) once, and check that the
-        one there is that copy."""
-        if rec is None:
-            rec = self.ledger.scan(epoch).get(epoch, {}).get(attempt, AttemptRecords())
-        if DECISION not in rec.kinds:
-            _, winner = self.ledger.create_or_get(epoch, attempt, DECISION, doc)
-            rec.kinds.add(DECISION)
-            rec.docs[DECISION] = winner
-        decision = self._decision(epoch, attempt, rec)
-        if not isinstance(decision, CommitDecision) \
-                or decision.manifest_digest != doc["manifest_digest"]:
-            raise LedgerError(
-                f"{self.storage.uri(self.layout.record(epoch, attempt, DECISION))} does not "
-                f"carry its group's commit of manifest {doc['manifest_digest']} (it is "
-                f"{_state_of_decision(decision) if decision else 'missing'}): the ledger was "
-                "changed outside airflow-tpc. Nothing was promoted on its account.")
 
     def _switch_catalog(self) -> Any:
         """The catalog whose multi-table commit could switch this target together with
@@ -402,5 +377,6 @@ class Sink(SinkMaintenance, SinkQueries):
                         txn.timeout_s)
 
 
-def _state_of_decision(decision: Decision) -> str:
+def state_of_decision(decision: Decision) -> str:
+    """A decision's state, in words (for errors)."""
     return str(derive_state({DECISION}, decision, sealed=True))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -24,7 +25,7 @@ from .manifest import (
     canonical_json,
     check_relative_path,
 )
-from .storage import ObjectInfo, Storage
+from .storage import ObjectInfo, StatusDigest, Storage
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -60,6 +61,31 @@ def on_threads(fn: Callable[[_T], _R], items: Iterable[_T],
     for k, part in enumerate(parts):
         out[k::n] = part
     return out
+
+
+def in_background(fn: Callable[[], _R]) -> Callable[[], _R]:
+    """Start ``fn()`` on a thread; the function returned waits for it and returns its
+    result or raises its exception.  For I/O and hashing (which release the GIL) beside
+    Python work on the calling thread: a commit reads and hashes its manifest while it
+    walks staging."""
+    box: list[tuple[bool, object]] = []
+
+    def run() -> None:
+        try:
+            box.append((True, fn()))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller as it is
+            box.append((False, exc))
+
+    thread = threading.Thread(target=run, name="tpc-beside", daemon=True)
+    thread.start()
+
+    def result() -> _R:
+        thread.join()
+        ok, value = box[0]
+        if not ok:
+            raise value  # type: ignore[misc]
+        return value  # type: ignore[return-value]
+    return result
 
 
 def is_hidden(relpath: str) -> bool:
@@ -156,8 +182,8 @@ def digest_bytes(data: bytes) -> str:
 
 
 def verify_against_storage(storage: Storage, staging: str, manifest: Manifest,
-                           verify: str = "fingerprint", *, seal: str | None = None
-                           ) -> tuple[str, ...] | None:
+                           verify: str = "fingerprint", *, seal: str | None = None,
+                           walked: StatusDigest | None = None) -> tuple[str, ...] | None:
     """Refuse a manifest whose files are not exactly what staging holds.
 
     The shortcut, where the store has a status digest (a local disk) and ``verify`` is
@@ -174,10 +200,11 @@ def verify_against_storage(storage: Storage, staging: str, manifest: Manifest,
     rewrite moves the inode or the ctime), falling back to re-hashing if no
     fingerprints were sealed; ``"checksum"`` re-hashes every local file; ``"size"``
     stops here.  ``seal``: the folder of the sealed sidecars when not ``staging`` (a
-    ledger apart).
+    ledger apart).  ``walked``: ``storage.status_digest(staging, SEAL_NAMES)``, made by
+    the caller moments ago (a commit walks beside reading the manifest).
     """
     if manifest.listing and verify != "checksum":
-        now = storage.status_digest(staging, SEAL_NAMES)
+        now = walked or storage.status_digest(staging, SEAL_NAMES)
         if now is not None and now.digest == manifest.listing \
                 and (now.visible_files, now.visible_bytes) == (manifest.total_files,
                                                                manifest.total_bytes):

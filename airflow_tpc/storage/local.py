@@ -9,17 +9,13 @@ a mix, at the cost of a constant number of renames per epoch.
 
 from __future__ import annotations
 
-import array
 import contextlib
 import ctypes
 import errno
 import fcntl
-import hashlib
 import os
 import shutil
 import stat
-import struct
-import sys
 import time
 import uuid
 from collections.abc import Container, Iterable, Iterator
@@ -28,6 +24,7 @@ from typing import Any
 
 from ..errors import StorageError
 from .base import CHUNK, ObjectInfo, StatusDigest, Storage
+from .local_status import status_of_listing, walk_status
 
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
@@ -52,32 +49,6 @@ def _exchange(a: str, b: str) -> bool:
     if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
         return False
     raise OSError(err, os.strerror(err), b)
-
-
-def _status_digest(joined: str, numbers: list[int]) -> str:
-    """sha256 over the relative names, NUL-joined (``joined``), then each file's six
-    numbers (device, inode, size, mtime ns, ctime ns, links) as little-endian 64-bit
-    integers (``<QQqqqQ``): the form
-    both of :class:`LocalStorage`'s status digests share.  A file's kind needs no
-    number: a file replaced by a link or folder has another inode or a new ctime."""
-    sha = hashlib.sha256(joined.encode("utf-8", "surrogateescape"))
-    sha.update(b"\1")
-    try:  # the same bytes as the struct below while every number fits in 63 bits: faster
-        packed = array.array("q", numbers)
-    except OverflowError:  # a device or inode number of 2**63 or more
-        sha.update(struct.pack(f"<{len(numbers) // 6 * 'QQqqqQ'}", *numbers))
-    else:
-        if sys.byteorder == "big":
-            packed.byteswap()
-        sha.update(packed)
-    return "sha256:" + sha.hexdigest()
-
-
-def _any_hidden(joined: str, rel: str) -> bool:
-    """Whether a name of folder ``rel`` starts with "_" or "." (``joined``: its files'
-    relative names, NUL-joined), searched in C, not name by name."""
-    probe = "\0" + joined
-    return f"\0{rel}_" in probe or f"\0{rel}." in probe
 
 
 def _fsync_dir(path: str) -> None:
@@ -152,76 +123,11 @@ class LocalStorage(Storage):
         return out
 
     def status_digest(self, prefix: str, skip: Container[str] = ()) -> StatusDigest | None:
-        # The walk of list() in its order, hashing as it goes: per file one lstat and two
-        # appends, the rest per folder in C (no string, record or entry per file), so a
-        # commit whose staging is as sealed pays about one scandir + stat pass
-        # (docs/PROTOCOL.md §3.3).  Each folder is listed through a descriptor, so each
-        # lstat resolves one name, not the whole path (staging sits ~7 folders deep:
-        # ~20 % of a walk of 100k files).
-        joined: list[str] = []  # each folder's relative names, NUL-joined
-        numbers: list[int] = []
-        folders: list[str] = []
-        files = size = 0
-        is_dir = stat.S_IFDIR
-        pending = [(prefix, "", True)]
-        while pending:
-            folder, rel, seen = pending.pop()  # seen: no part of rel is hidden
-            if rel:
-                folders.append(rel[:-1])
-            try:
-                fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            here: list[str] = []
-            name, number, start = here.append, numbers.extend, len(numbers)
-            try:
-                with os.scandir(fd) as it:  # scandir reads a duplicate of fd
-                    for entry in it:
-                        try:  # one lstat an entry says its kind too
-                            st = entry.stat(follow_symlinks=False)
-                        except FileNotFoundError:
-                            continue
-                        if st.st_mode & 0o170000 == is_dir:
-                            n = entry.name
-                            pending.append((f"{folder}/{n}", f"{rel}{n}/",
-                                            seen and n[0] not in "_."))
-                            continue
-                        name(entry.name)
-                        number((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
-                                st.st_nlink))
-            finally:
-                os.close(fd)
-            if not rel:
-                for gone in set(skip).intersection(here):
-                    i = here.index(gone)
-                    del here[i], numbers[start + 6 * i:start + 6 * i + 6]
-            names = "\0".join(map(rel.__add__, here) if rel else here)
-            if seen:
-                sizes = numbers[start + 2::6]
-                files, size = files + len(here), size + sum(sizes)
-                if _any_hidden(names, rel):  # rare: staging holds data files
-                    hidden = [i for i, n in enumerate(here) if n[0] in "_."]
-                    files -= len(hidden)
-                    size -= sum(sizes[i] for i in hidden)
-            if names:
-                joined.append(names)
-        return StatusDigest(_status_digest("\0".join(joined), numbers), tuple(folders), files,
-                            size)
+        return walk_status(prefix, skip)
 
     def status_digest_of(self, prefix: str, listing: Iterable[ObjectInfo],
                          skip: Container[str] = ()) -> str | None:
-        names: list[str] = []
-        numbers: list[int] = []
-        cut = len(prefix.rstrip("/")) + 1
-        for info in listing:
-            rel = info.path[cut:]
-            if rel in skip:
-                continue
-            if info.fingerprint is None:
-                return None
-            names.append(rel)
-            numbers += (*(int(n) for n in info.fingerprint.split(":")), info.links)
-        return _status_digest("\0".join(names), numbers)
+        return status_of_listing(prefix, listing, skip)
 
     def list_dirs(self, prefix: str) -> list[str]:
         try:

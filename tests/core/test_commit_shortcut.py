@@ -26,7 +26,7 @@ from airflow_tpc.manifest import (
 )
 from airflow_tpc.staging import SEAL_NAMES
 from airflow_tpc.storage import LocalStorage
-from airflow_tpc.storage.local import _status_digest
+from airflow_tpc.storage.local_status import _status_digest
 
 from .helpers import committed_contents, full_tree, stage
 
