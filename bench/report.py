@@ -117,7 +117,7 @@ def goals(core: dict[str, Any] | None, s3: dict[str, Any] | None,
     hist = (core or {}).get("history", [])
     if hist:
         e = core["history_target"]["epochs"] if core else 0
-        vals = [(x["n"], paired(x["history"], x["fresh"])) for x in hist]
+        vals = [(x["n"], paired(x["history"], x["one_epoch"])) for x in hist]
         rows.append(["10/21. flat in history", "≤ 1.2x with 500 past epochs (keep ~1x)",
                      ", ".join(f"{fmt_x(v)} at {n:,} files" for n, v in vals)
                      + f" ({e} epochs)", verdict(all(v <= 1.2 for _, v in vals)
@@ -191,8 +191,11 @@ def core_sections(core: dict[str, Any]) -> list[str]:
                 "**tpc** = `sink.commit(txn, expected_digest=…)` alone, as CommitOperator calls "
                 "it with the digest its sensor validated (begin, staging and precommit done "
                 "untimed; the commit walks staging once for the status digest pre-commit "
-                "sealed, docs/PROTOCOL.md §3.3), default settings" +
-                (", and each other `verify` mode" if len(tpc) > 1 else "") +
+                "sealed, docs/PROTOCOL.md §3.3) on a target that committed one epoch before "
+                "(as from a target's second epoch on), default settings" +
+                (", each other `verify` mode, and the default on a fresh target (`tpc first "
+                 "commit`: it also makes the target's lock file, pending index and ledger "
+                 "folders)" if len(tpc) > 1 else "") +
                 f"; **v1** = Hadoop {core.get('hadoop', '?')}'s real `FileOutputCommitter` "
                 "`commitJob` of algorithm 1 (Spark's default), from pyspark's jars through "
                 "py4j, on the same files (`commitTask` done untimed; its files have no `.crc` "
@@ -231,12 +234,12 @@ def core_sections(core: dict[str, Any]) -> list[str]:
                 f"A target with {ht['epochs']} committed epochs ({ht['files_per_epoch']} files "
                 f"each; {ht['aborted_after_precommit']} also with an attempt aborted after its "
                 f"precommit, {ht['aborted_before_precommit']} before it; built in "
-                f"{ht['build_s']} s) vs a fresh target: the same commit of a new epoch, "
+                f"{ht['build_s']} s) vs a target with one: the same commit of a new epoch, "
                 "interleaved. A commit lists only its own epoch's ledger and the pending "
                 "index (docs/PROTOCOL.md §5.8).", ""]
-        out += table(["files", "reps", "fresh", "with history", "history / fresh"],
-                     [[f"{x['n']:,}", str(x["reps"]), fmt_s(median(x["fresh"])),
-                       fmt_s(median(x["history"])), fmt_x(paired(x["history"], x["fresh"]))]
+        out += table(["files", "reps", "one epoch", "with history", "history / one epoch"],
+                     [[f"{x['n']:,}", str(x["reps"]), fmt_s(median(x["one_epoch"])),
+                       fmt_s(median(x["history"])), fmt_x(paired(x["history"], x["one_epoch"]))]
                       for x in hist])
     mem = [m for m in core.get("memory", []) if "commit" in m]
     if mem:

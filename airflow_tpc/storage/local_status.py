@@ -3,7 +3,8 @@ staging is as pre-commit sealed it skip comparing file by file.
 
 Pre-commit seals the digest of staging's listing in the manifest; a commit walks
 staging again and compares.  The walk is the commit's floor (one lstat a file), so
-it does per file only the lstat and two appends; the rest runs per folder in C.
+it does per file only the lstat, a pack and two appends; the rest runs per folder
+in C.
 """
 
 from __future__ import annotations
@@ -21,25 +22,34 @@ from .base import ObjectInfo, StatusDigest
 
 _HIDDEN_STARTS = frozenset("_.")
 _first = operator.itemgetter(0)
+#: One file's numbers as PROTOCOL §3.3 encodes them; a folder's are joined once.
+_PACK = struct.Struct("<QQqqqQ").pack
 
 
 def _status_digest(joined: str, numbers: list[int]) -> str:
     """sha256 over the relative names, NUL-joined (``joined``), then each file's six
     numbers (device, inode, size, mtime ns, ctime ns, links) as little-endian 64-bit
     integers (``<QQqqqQ``): the form both of :class:`LocalStorage`'s status digests
-    share.  A file's kind needs no
-    number: a file replaced by a link or folder has another inode or a new ctime."""
+    share.  A file's kind needs no number: a file replaced by a link or folder has
+    another inode or a new ctime."""
+    return _digest(joined, [struct.pack(f"<{len(numbers) // 6 * 'QQqqqQ'}", *numbers)])
+
+
+def _digest(joined: str, packed: Iterable[bytes]) -> str:
+    """:func:`_status_digest` of numbers packed already (pieces of ``<QQqqqQ`` each)."""
     sha = hashlib.sha256(joined.encode("utf-8", "surrogateescape"))
     sha.update(b"\1")
-    try:  # the same bytes as the struct below while every number fits in 63 bits: faster
-        packed = array.array("q", numbers)
-    except OverflowError:  # a device or inode number of 2**63 or more
-        sha.update(struct.pack(f"<{len(numbers) // 6 * 'QQqqqQ'}", *numbers))
-    else:
-        if sys.byteorder == "big":
-            packed.byteswap()
-        sha.update(packed)
+    for piece in packed:
+        sha.update(piece)
     return "sha256:" + sha.hexdigest()
+
+
+def _sizes(packed: bytes) -> array.array[int]:
+    """The size field of each file's numbers in ``packed`` (``<QQqqqQ`` each)."""
+    numbers = array.array("q", packed)
+    if sys.byteorder == "big":
+        numbers.byteswap()
+    return numbers[2::6]
 
 
 def _any_hidden(names: list[str]) -> bool:
@@ -51,17 +61,17 @@ def _any_hidden(names: list[str]) -> bool:
 def walk_status(prefix: str, skip: Container[str] = ()) -> StatusDigest:
     """The status digest of the tree below ``prefix`` (``skip``: names at its top left
     out), with its folders and visible totals: :meth:`Storage.status_digest`."""
-    # The walk of list() in its order, hashing as it goes: per file one lstat and two
-    # appends, the rest per folder in C (no string, record or entry per file), so a
-    # commit whose staging is as sealed pays about one scandir + stat pass
+    # The walk of list() in its order: per file one lstat, its numbers packed as the
+    # digest hashes them (C) and two appends; the rest per folder in C (joins, the hash),
+    # so a commit whose staging is as sealed pays about one scandir + stat pass
     # (docs/PROTOCOL.md §3.3).  Each folder is listed through a descriptor, so each
     # lstat resolves one name, not the whole path (staging sits ~7 folders deep:
     # ~20 % of a walk of 100k files).
     joined: list[str] = []  # each folder's relative names, NUL-joined
-    numbers: list[int] = []
+    packed: list[bytes] = []  # each folder's files' numbers, packed
     folders: list[str] = []
     files = size = 0
-    is_dir = stat.S_IFDIR
+    is_dir, pack = stat.S_IFDIR, _PACK
     pending = [(prefix, "", True)]
     while pending:
         folder, rel, seen = pending.pop()  # seen: no part of rel is hidden
@@ -72,7 +82,8 @@ def walk_status(prefix: str, skip: Container[str] = ()) -> StatusDigest:
         except (FileNotFoundError, NotADirectoryError):
             continue
         here: list[str] = []
-        name, number, start = here.append, numbers.extend, len(numbers)
+        mine: list[bytes] = []
+        name, number = here.append, mine.append
         try:
             with os.scandir(fd) as it:  # scandir reads a duplicate of fd
                 for entry in it:
@@ -86,27 +97,29 @@ def walk_status(prefix: str, skip: Container[str] = ()) -> StatusDigest:
                                         seen and n[0] not in "_."))
                         continue
                     name(entry.name)
-                    number((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
-                            st.st_nlink))
+                    number(pack(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
+                                st.st_ctime_ns, st.st_nlink))
         finally:
             os.close(fd)
+        if not here:
+            continue
         if not rel:
             for gone in set(skip).intersection(here):
                 i = here.index(gone)
-                del here[i], numbers[start + 6 * i:start + 6 * i + 6]
-        # rel + "\0rel".join(here): every name prefixed, in one C join
-        names = rel + f"\0{rel}".join(here) if here else ""
+                del here[i], mine[i]
+        numbers = b"".join(mine)
         if seen:
-            sizes = numbers[start + 2::6]
+            sizes = _sizes(numbers)
             files, size = files + len(here), size + sum(sizes)
             if _any_hidden(here):  # rare: staging holds data files
                 hidden = [i for i, n in enumerate(here) if n[0] in "_."]
                 files -= len(hidden)
                 size -= sum(sizes[i] for i in hidden)
-        if names:
-            joined.append(names)
-    return StatusDigest(_status_digest("\0".join(joined), numbers), tuple(folders), files,
-                        size)
+        if here:
+            # rel + "\0rel".join(here): every name prefixed, in one C join
+            joined.append(rel + f"\0{rel}".join(here))
+            packed.append(numbers)
+    return StatusDigest(_digest("\0".join(joined), packed), tuple(folders), files, size)
 
 
 def status_of_listing(prefix: str, listing: Iterable[ObjectInfo],
