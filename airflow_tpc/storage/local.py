@@ -137,6 +137,8 @@ class LocalStorage(Storage):
             return []
 
     def put(self, path: str, data: bytes) -> None:
+        if not data and self._create_empty(path):
+            return
         tmp = self._write_temp(path, data)
         try:
             os.replace(tmp, path)
@@ -159,6 +161,21 @@ class LocalStorage(Storage):
         if created:
             _fsync_dir(os.path.dirname(path))
         return created
+
+    def _create_empty(self, path: str) -> bool:
+        """An absent empty file (a pending-index entry) made in place, with no temporary
+        file and no fsync of its own: nothing in it can be seen half written, and the
+        folder's fsync makes it durable.  False if something is there already."""
+        directory = os.path.dirname(path)
+        try:
+            os.makedirs(directory, exist_ok=True)
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            raise StorageError(f"cannot write {path}: {exc.strerror}") from None
+        _fsync_dir(directory)
+        return True
 
     def _write_temp(self, path: str, data: bytes) -> str:
         directory = os.path.dirname(path)

@@ -181,3 +181,32 @@ def test_every_finishing_record_drops_the_entry(tmp_path):
     sink.commit(second)
     assert _entries(sink) == {PENDING_INDEX}
     faults.reset()
+
+
+def test_an_empty_entry_is_made_in_place_and_an_existing_file_is_replaced_whole(tmp_path):
+    """An absent empty file (an index entry) is created in place: no temporary file is
+    left or linked.  Anything already at the name (a file with bytes, a symbolic link)
+    is replaced whole through a temporary file, as every other put: never truncated
+    in place, never written through the link."""
+    from airflow_tpc.storage import LocalStorage
+
+    storage, folder = LocalStorage(), tmp_path / "pending"
+    storage.put(str(folder / "entry"), b"")
+    assert [p.name for p in folder.iterdir()] == ["entry"]
+    assert (folder / "entry").read_bytes() == b""
+    storage.put(str(folder / "entry"), b"")  # there already: the same outcome
+    assert [p.name for p in folder.iterdir()] == ["entry"]
+
+    (folder / "full").write_bytes(b"old bytes")
+    held = open(folder / "full", "rb")  # noqa: SIM115 - a reader holding the old file
+    storage.put(str(folder / "full"), b"")
+    assert (folder / "full").read_bytes() == b"" and held.read() == b"old bytes"
+    held.close()
+
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"keep")
+    (folder / "link").symlink_to(outside)
+    storage.put(str(folder / "link"), b"")
+    assert not (folder / "link").is_symlink() and (folder / "link").read_bytes() == b""
+    assert outside.read_bytes() == b"keep"
+    assert sorted(p.name for p in folder.iterdir()) == ["entry", "full", "link"]
