@@ -14,7 +14,8 @@
    through py4j on the same files; *v2* for reference up to 10k files. Ratios: tpc /
    floor and tpc / v1, paired per rep. A cProfile of one 10k-file commit says where the time goes.
 2. **Flat in history**: the same commit on a target with 500 past epochs (some with
-   aborted attempts) vs on a target with one, interleaved.
+   aborted attempts) vs on a fresh target (the issue's measure) and on a target with
+   one epoch (no first-commit set-up), interleaved.
 3. **Memory and sizes**: the commit runs in a fresh child process that measures its
    resident set (``/proc/self/status``: VmRSS before the commit, VmHWM after it with the
    high-water mark reset just before, so the peak is the commit's own); tracemalloc
@@ -306,14 +307,16 @@ def bench_history(pool: FilePool, work: str, target: str, reps: int) -> dict[str
             with staged(pool, target, epoch=f"2026-{pool.n % 12 + 1:02d}-{rep + 1:02d}",
                         sink=hist) as (sink, txn):
                 return commit(sink, txn)
-        base = tempfile.mkdtemp(prefix="one-", dir=work)
-        with staged(pool, seasoned(os.path.join(base, "t"))) as (sink, txn):
+        base = tempfile.mkdtemp(prefix=f"{v}-", dir=work)
+        other = os.path.join(base, "t")
+        with staged(pool, other if v == "fresh" else seasoned(other)) as (sink, txn):
             t = commit(sink, txn)
         shutil.rmtree(base)
         return t
 
-    times = h.interleave(["one_epoch", "history"], reps, run)
-    h.log(f"  history n={pool.n}: one epoch {h.fmt_s(h.median(times['one_epoch']))}, history "
+    times = h.interleave(["fresh", "one_epoch", "history"], reps, run)
+    h.log(f"  history n={pool.n}: fresh {h.fmt_s(h.median(times['fresh']))}, one epoch "
+          f"{h.fmt_s(h.median(times['one_epoch']))}, history "
           f"{h.fmt_s(h.median(times['history']))}")
     return {"n": pool.n, "reps": reps, **times}
 
@@ -474,8 +477,10 @@ def main(argv: list[str] | None = None) -> int:
             size_dir = tempfile.mkdtemp(prefix=f"n{n}-", dir=work)
             pool = FilePool(size_dir, n)
             if "local" in args.only:
-                # every size gets all reps: at 100k three spread too far for a median
-                data["local"].append(bench_local(pool, size_dir, reps, hadoop, n <= v2_max))
+                # every size gets all reps (at 100k three spread too far for a median);
+                # up to 10k twice as many: they are cheap, and tens of ms spread widely
+                data["local"].append(bench_local(pool, size_dir, reps * (1 + (n <= 10_000)),
+                                                 hadoop, n <= v2_max))
                 if n == profile_n:
                     data["profile"] = {"n": n, "rows": profile_commit(pool, size_dir)}
             if "memory" in args.only:
