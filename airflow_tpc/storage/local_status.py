@@ -23,7 +23,8 @@ from .base import ObjectInfo, StatusDigest
 _HIDDEN_STARTS = frozenset("_.")
 _first = operator.itemgetter(0)
 #: One file's numbers as PROTOCOL §3.3 encodes them; a folder's are joined once.
-_PACK = struct.Struct("<QQqqqQ").pack
+_NUMBERS = struct.Struct("<QQqqqQ")
+_PACK = _NUMBERS.pack
 
 
 def _status_digest(joined: str, numbers: list[int]) -> str:
@@ -32,7 +33,7 @@ def _status_digest(joined: str, numbers: list[int]) -> str:
     integers (``<QQqqqQ``): the form both of :class:`LocalStorage`'s status digests
     share.  A file's kind needs no number: a file replaced by a link or folder has
     another inode or a new ctime."""
-    return _digest(joined, [struct.pack(f"<{len(numbers) // 6 * 'QQqqqQ'}", *numbers)])
+    return _digest(joined, [_PACK(*numbers[i:i + 6]) for i in range(0, len(numbers), 6)])
 
 
 def _digest(joined: str, packed: Iterable[bytes]) -> str:
@@ -45,11 +46,11 @@ def _digest(joined: str, packed: Iterable[bytes]) -> str:
 
 
 def _sizes(packed: bytes) -> array.array[int]:
-    """The size field of each file's numbers in ``packed`` (``<QQqqqQ`` each)."""
+    """The size field of each file's numbers in ``packed`` (:data:`_NUMBERS` each)."""
     numbers = array.array("q", packed)
     if sys.byteorder == "big":
         numbers.byteswap()
-    return numbers[2::6]
+    return numbers[2::6]  # the third of six
 
 
 def _any_hidden(names: list[str]) -> bool:
@@ -94,7 +95,7 @@ def walk_status(prefix: str, skip: Container[str] = ()) -> StatusDigest:
                     if st.st_mode & 0o170000 == is_dir:
                         n = entry.name
                         pending.append((f"{folder}/{n}", f"{rel}{n}/",
-                                        seen and n[0] not in "_."))
+                                        seen and n[0] not in _HIDDEN_STARTS))
                         continue
                     name(entry.name)
                     number(pack(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
@@ -112,7 +113,7 @@ def walk_status(prefix: str, skip: Container[str] = ()) -> StatusDigest:
             sizes = _sizes(numbers)
             files, size = files + len(here), size + sum(sizes)
             if _any_hidden(here):  # rare: staging holds data files
-                hidden = [i for i, n in enumerate(here) if n[0] in "_."]
+                hidden = [i for i, n in enumerate(here) if n[0] in _HIDDEN_STARTS]
                 files -= len(hidden)
                 size -= sum(sizes[i] for i in hidden)
         if here:
