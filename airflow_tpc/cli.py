@@ -41,6 +41,7 @@ from .cli_common import (  # noqa: F401 - the commands' shared pieces, also this
     _is_table,
     _positive,
     _storage_options,
+    attempt_list,
     catalog_properties,
     open_sink,
 )
@@ -113,7 +114,9 @@ def cmd_list(sink: Sink, args: argparse.Namespace) -> Any:
     key = table_history.version_key(sink)
     for i in infos:
         i["age"] = _age(i["age_s"])
-        in_table = bool(i.get("in_table"))
+        # a folder's commit is where readers see it once published; a table's once the
+        # table's history holds it (or it was published)
+        in_table = bool(i.get("in_table")) if key else bool(i.get("published"))
         i["note"] = "superseded" if i["superseded"] else (
             ("decided, not yet in the table" if key else "not yet promoted")
             if i["state"] == "COMMITTED" and not in_table else "")
@@ -194,17 +197,50 @@ def cmd_recover(sink: Sink, args: argparse.Namespace) -> Any:
     report = sink.recover(abort_undecided=args.abort_undecided,
                           ignore_failures_after_timeout=args.ignore_failures_after_timeout,
                           progress=_progress(args), dry_run=args.dry_run)
+    staged = _staged(sink, report) if args.dry_run else {}
     if args.json:
-        return report.to_dict()
-    if args.dry_run:
-        return (f"dry run: nothing was changed; recover would\n"
-                f"roll forward: {report.rolled_forward or 'none'}\n"
-                f"abort: {report.aborted or 'none'}\n"
-                f"clean staging of: {report.cleaned or 'none'}")
-    return (f"rolled forward: {report.rolled_forward or 'none'}\n"
-            f"aborted: {report.aborted or 'none'}\n"
-            f"abandoned: {report.abandoned or 'none'}\n"
-            f"staging cleaned: {report.cleaned or 'none'}")
+        doc = report.to_dict()
+        if args.dry_run:  # what the aborts and cleaning would throw away, per attempt
+            doc["would_discard"] = [{"epoch": e, "attempt": a, **staged[(e, a)]}
+                                    for e, a, *_ in [*report.aborted, *report.cleaned]
+                                    if (e, a) in staged]
+        return doc
+
+    def discards(epoch: str, attempt: int) -> str:
+        s = staged.get((epoch, attempt))
+        if not s:
+            return ""
+        staged_ = f"{s['staging_files']} staged file(s), {human_bytes(s['staging_bytes'])}"
+        if s["state"] == "PRECOMMITTED":
+            return (f"PRECOMMITTED, would discard its sealed output of {s['files']} file(s), "
+                    f"{human_bytes(s['bytes'])} ({staged_} in all)")
+        return f"{s['state']}, would remove {staged_}"
+
+    lists = [attempt_list("roll forward" if args.dry_run else "rolled forward",
+                          report.rolled_forward),
+             attempt_list("abort" if args.dry_run else "aborted", report.aborted, discards)]
+    if not args.dry_run:
+        lists.append(attempt_list("abandoned", report.abandoned))
+    lists.append(attempt_list("clean staging of" if args.dry_run else "staging cleaned",
+                              report.cleaned, discards))
+    head = ["dry run: nothing was changed; recover would"] if args.dry_run else []
+    return "\n".join(head + lists)
+
+
+def _staged(sink: Sink, report: Any) -> dict[tuple[str, int], dict[str, Any]]:
+    """The state, the sealed output (``files``, ``bytes``: None unless pre-committed) and
+    what is really staged (``staging_files``, ``staging_bytes``) of each attempt a dry run
+    of recover would abort or clean: read from the ledger and staging, nothing written."""
+    wanted = {(e, a) for e, a, *_ in [*report.aborted, *report.cleaned]}
+    out: dict[tuple[str, int], dict[str, Any]] = {}
+    for epoch in sorted({e for e, _ in wanted}):
+        for i in sink.describe(epoch):
+            if (i.epoch, i.attempt) in wanted:
+                out[(i.epoch, i.attempt)] = {"state": str(i.state), "files": i.files,
+                                             "bytes": i.bytes,
+                                             "staging_files": i.staging_files,
+                                             "staging_bytes": i.staging_bytes}
+    return out
 
 
 def cmd_gc(sink: Sink, args: argparse.Namespace) -> Any:
@@ -212,9 +248,9 @@ def cmd_gc(sink: Sink, args: argparse.Namespace) -> Any:
     if args.json:
         return {"cleaned": cleaned, "dry_run": True} if args.dry_run else {"cleaned": cleaned}
     if args.dry_run:
-        return (f"dry run: would remove staging of {len(cleaned)} attempt(s): "
-                f"{cleaned or 'none'}; nothing was changed")
-    return f"removed staging of {len(cleaned)} attempt(s)"
+        return ("dry run: nothing was changed; gc would\n"
+                + attempt_list("remove staging of", cleaned))
+    return attempt_list("removed staging of", cleaned)
 
 
 def _progress(args: argparse.Namespace) -> Progress | None:

@@ -161,3 +161,23 @@ def _positive(kind: type) -> Any:
         return value
     parse.__name__ = kind.__name__
     return parse
+
+
+def attempt_list(title: str, items: list[tuple[Any, ...]],
+                 detail: Any = None) -> str:
+    """A report's list of attempts as text: ``title: none``, or ``title (n):`` and one
+    indented line per attempt (``epoch E  attempt A``, its reason when it has one, and
+    after a colon what ``detail(epoch, attempt)`` adds), never a Python tuple's repr."""
+    if not items:
+        return f"{title}: none"
+    lines = [f"{title} ({len(items)}):"]
+    for item in items:
+        epoch, attempt, *rest = item
+        line = f"  epoch {epoch}  attempt {attempt}"
+        if rest:
+            line += f"  ({rest[0]})"
+        extra = detail(epoch, attempt) if detail else ""
+        if extra:
+            line += f": {extra}"
+        lines.append(line)
+    return "\n".join(lines)

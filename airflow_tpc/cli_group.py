@@ -29,6 +29,7 @@ from .cli_common import (
     _is_table,
     _positive,
     _storage_options,
+    attempt_list,
     catalog_properties,
     open_sink,
 )
@@ -257,9 +258,9 @@ def cmd_recover(group: Group, args: argparse.Namespace) -> Any:
     stable = _stable(group)
     if args.json:
         return {**dataclasses.asdict(report), "stable_epochs": stable}
-    return (f"rolled forward: {report.rolled_forward or 'none'}\n"
-            f"aborted: {report.aborted or 'none'}\n"
-            f"stable epochs: {_stable_line(stable)}")
+    return "\n".join([attempt_list("rolled forward", report.rolled_forward),
+                      attempt_list("aborted", report.aborted),
+                      f"stable epochs: {_stable_line(stable)}"])
 
 
 def cmd_abort(group: Group, args: argparse.Namespace) -> Any:

@@ -121,7 +121,8 @@ def test_status_then_recover_of_a_group_crashed_after_its_decision(tmp_path):
     proc = _cli("group", "recover", uri, *_members(tmp_path), "--abort-undecided")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["rolled forward: none",
-                                        "aborted: [('3', 1, 'restore')]",
+                                        "aborted (1):",
+                                        "  epoch 3  attempt 1  (restore)",
                                         "stable epochs: 1 (attempt 1), 2 (attempt 1)"]
     assert group.poll(group.transaction("3", 1)).outcome == "abort"
 
@@ -212,7 +213,7 @@ def test_a_recover_that_fails_is_one_error_and_the_next_one_finishes(tmp_path):
     away.rename(staging)
     proc = _cli("group", "recover", uri, *_members(tmp_path))
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[0] == "rolled forward: [('2', 1)]"
+    assert proc.stdout.splitlines()[:2] == ["rolled forward (1):", "  epoch 2  attempt 1"]
     assert group.stable_epochs() == {"1": 1, "2": 1}
 
 
