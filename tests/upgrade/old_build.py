@@ -161,7 +161,8 @@ def tables(spec: dict[str, Any]) -> None:
 def read(spec: dict[str, Any]) -> None:
     """The old build as a READER of targets this build wrote: per target, every
     committed epoch's rows (through the markers), every attempt's state, and the CLI's
-    ``status``/``list``; a refusal is reported as its class and message."""
+    ``status``/``list``; a refusal is reported as its class and message.  ``recover``:
+    targets the old CLI's ``recover`` is run on (to see it refuse what it cannot read)."""
     from airflow_tpc.cli import main
 
     def attempt(what: str, call: Any) -> dict[str, Any]:
@@ -197,6 +198,8 @@ def read(spec: dict[str, Any]) -> None:
             "status": cli("status", target, "--json"),
             "list": cli("list", target, "--json"),
         }
+    for target in spec.get("recover", []):  # the old build as a writer: recover
+        OUT["recover " + target] = cli("recover", target, "--quiet", "--json")
     if "group" in spec:
         def stable() -> dict[str, int]:
             sinks = {n: Sink(spec["targets"][n], spec["namespace"], storage_options=opts)
