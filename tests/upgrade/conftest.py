@@ -67,3 +67,21 @@ def run_old(old_tree) -> Callable[..., dict[str, Any]]:
             f"old build {scenario}: exit {proc.returncode}\n{proc.stderr[-3000:]}"
         return json.loads(proc.stdout.strip().splitlines()[-1])
     return run
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """The worker's SparkSession if one runs already (tests/spark's), else one of our
+    own: ``read_committed`` is read through Spark itself once."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    existing = SparkSession.getActiveSession()
+    session = existing or (
+        SparkSession.builder.master("local[1]").appName("airflow-tpc-upgrade")
+        .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "1").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    if existing is None:
+        session.stop()

@@ -81,6 +81,14 @@ def test_a_target_of_the_previous_release_recovers_commits_and_reads(
                                                       for e, t in want.items()}
     listed = cli_json(capsys, "list", target, *cli)
     assert {f"{i['epoch']}/{i['attempt']}": i["state"] for i in listed} == after
+    if kind == "local":  # and through Spark, as a job reads it (the JVM: once)
+        from airflow_tpc.spark import read_committed
+
+        df = read_committed(request.getfixturevalue("spark"), target)
+        read: dict[str, list[str]] = {}
+        for row in df.select("epoch", "tag").collect():
+            read.setdefault(row["epoch"], []).append(row["tag"])
+        assert {e: sorted(t) for e, t in read.items()} == want
 
 
 def test_a_group_of_the_previous_release_recovers_commits_and_reads(run_old, tmp_path):
