@@ -164,6 +164,7 @@ def test_the_previous_release_refuses_what_it_cannot_read_cleanly(run_old, tmp_p
     assert seen["rows"]["refused"] == "LedgerError"
     assert "epoch=e2/_tpc_published.json" in seen["rows"]["message"]
     _one_error(seen["status"], "marker: status")
+    assert seen["list"]["code"] == 0  # the ledger's view does not read markers' files
     for case, sink in sinks.items():
         _one_error(old[f"recover {sink.target}"], f"{case}: recover")
     # Recover leaves the epoch it cannot read exactly as it was (and finishes the
