@@ -69,10 +69,12 @@ def run_old(old_tree) -> Callable[..., dict[str, Any]]:
     return run
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def spark():
     """The worker's SparkSession if one runs already (tests/spark's), else one of our
-    own: ``read_committed`` is read through Spark itself once."""
+    own for this module: ``read_committed`` is read through Spark itself once.  Ours
+    stops with the module, so a later module's ``getOrCreate`` (tests/spark's
+    ``local[2,2]``, whose retries its tests rely on) never gets this one instead."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 

@@ -15,29 +15,39 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_tpc import Group, Sink, TxnState
+from airflow_tpc import Group, Sink, SinkConfig, TxnState
 
 from ..conftest import make_store
 from ..core.helpers import assert_invariant, committed_contents, stage
 from .helpers import cli_json, committed_rows, once, states
 
 NS = "upg"
-#: The old build's crash in the middle of a re-run's promotion, per store.
-MID_PROMOTION = {"local": "promote.before_swap", "s3": "promote.before_cleanup"}
+#: store, promotion mode, the old build's crash in the middle of a re-run's promotion.
+CASES = {"local": ("local", "move", "promote.before_swap"),
+         "local-manifest": ("local", "manifest", "promote.before_cleanup"),
+         "s3": ("s3", "move", "promote.before_cleanup")}
 
 
-@pytest.mark.parametrize("kind", ["local", "s3"])
+@pytest.mark.parametrize("case", list(CASES))
 def test_a_target_of_the_previous_release_recovers_commits_and_reads(
-        kind, run_old, request, tmp_path, capsys):
-    """Every state locally; on S3 (moto: slow requests) the key cases: published,
-    decided mid-promotion, decided and killed, pre-committed, aborted."""
-    full = kind == "local"
+        case, run_old, request, tmp_path, capsys):
+    """Every state locally (version-2 markers: the manifest in the published folder);
+    the key cases (published, decided mid-promotion, decided and killed, pre-committed,
+    aborted) in ``manifest`` mode (version-2 markers naming staging) and on S3
+    (version-1 markers; moto's requests are slow)."""
+    kind, mode, mid_promotion = CASES[case]
+    full = case == "local"
     target, options = make_store(kind, request, tmp_path)
     old = run_old("folder", {"target": target, "namespace": NS, "storage_options": options,
-                             "mid_promotion_step": MID_PROMOTION[kind], "full": full},
-                  killed=True)
+                             "promotion": mode, "mid_promotion_step": mid_promotion,
+                             "full": full}, killed=True)
     assert old["version"] == "0.1.0"
-    sink = Sink(target, NS, storage_options=options)
+    config = SinkConfig(promotion=mode)
+
+    def new_sink() -> Sink:  # a fresh process of this build: only storage survives
+        return Sink(target, NS, storage_options=options, config=config)
+
+    sink = new_sink()
 
     # Read before any write of this build: what the old build published, each once; the
     # re-run crashed mid-promotion shows one attempt whole, never both.
@@ -54,7 +64,7 @@ def test_a_target_of_the_previous_release_recovers_commits_and_reads(
     # attempt (not expired, not superseded) alone; the retried commit task commits it.
     report = sink.recover()
     assert {("e3", 2), ("e7", 1)} <= set(report.rolled_forward)
-    assert states(Sink(target, NS, storage_options=options))["e4/1"] == "PRECOMMITTED"
+    assert states(new_sink())["e4/1"] == "PRECOMMITTED"
     result = sink.commit(sink.transaction("e4", 1), expected_digest=old["digests"]["e4"])
     assert result.outcome == "committed"
     # This build writes on: a re-run of an old epoch, fenced above the old build's
@@ -66,7 +76,7 @@ def test_a_target_of_the_previous_release_recovers_commits_and_reads(
     sink.commit(txn, expected_digest=manifest.digest)
 
     want = once(e1=2, e3=2, e4=1, e7=1, e8=1, **({"e2": 2} if full else {}))
-    reopened = Sink(target, NS, storage_options=options)
+    reopened = new_sink()
     assert committed_rows(reopened) == want
     assert_invariant(reopened, committed_contents(reopened), open_staging_ok=False)
     after = states(reopened)
@@ -81,7 +91,7 @@ def test_a_target_of_the_previous_release_recovers_commits_and_reads(
                                                       for e, t in want.items()}
     listed = cli_json(capsys, "list", target, *cli)
     assert {f"{i['epoch']}/{i['attempt']}": i["state"] for i in listed} == after
-    if kind == "local":  # and through Spark, as a job reads it (the JVM: once)
+    if case == "local":  # and through Spark, as a job reads it (the JVM: once)
         from airflow_tpc.spark import read_committed
 
         df = read_committed(request.getfixturevalue("spark"), target)
