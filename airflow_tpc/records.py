@@ -191,7 +191,7 @@ def parse_record(kind: str, doc: dict[str, Any], *, epoch: str, attempt: int, ta
     if kind == DECISION:
         outcome = doc.get("outcome")
         if outcome == "abort":
-            if "txn" in doc:  # written since 0.2; 0.1.0's abort records name nothing
+            if "txn" in doc:  # builds before tag v0.1.0 wrote abort records naming none
                 same_txn(doc["txn"], "aborts")
             return AbortDecision(str(doc.get("reason", "")), doc.get("expired") is True,
                                  float(doc["decided_at"]) if _number(doc.get("decided_at"))
