@@ -77,3 +77,48 @@ def test_a_recommit_decided_while_the_cut_is_read_leaves_the_epoch_out(tmp_path)
         files = a.committed_files()
     assert {n: sorted(f) for n, f in files.items()} == {"daily": ["6"], "events": ["6"]}
     assert a.moved_on() == [MovedOn("5", "daily", 1, 2, "single-target")]
+
+
+def test_group_status_says_which_member_moved_on_and_how(tmp_path):
+    """``airflow-tpc group status`` (a real process): the epoch is not stable, and the
+    text and ``--json`` name the member, its winning attempt and what committed it."""
+    import json
+    import subprocess
+    import sys
+
+    store = (str(tmp_path / "target"), None)
+    a = _published_a(store)
+    moved = _moved_by_group_b(store)
+    base = _base(store)
+    members = [x for n in ("events", "daily") for x in ("--member", f"{n}={base}/{n}")]
+
+    def cli(*extra: str) -> subprocess.CompletedProcess:
+        proc = subprocess.run([sys.executable, "-m", "airflow_tpc", "group", "status", a.uri,
+                               *members, *extra], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0 and proc.stderr == "", proc
+        return proc
+
+    doc = json.loads(cli("--json").stdout)
+    assert doc["stable_epochs"] == {"6": 1}
+    assert doc["moved_on"] == [moved.to_dict()] == [{
+        "epoch": "5", "member": "daily", "group_attempt": 1, "attempt": 2, "by": "group",
+        "group": f"file://{base}/_tpc_groups/b"}]
+    five = next(r for r in doc["attempts"] if r["epoch"] == "5")
+    assert (five["state"], five["published"], five["stable"]) == ("COMMITTED", True, False)
+    lines = cli().stdout.splitlines()
+    assert lines[1] == "stable epochs: 6 (attempt 1)"
+    assert lines[2] == ("left out of the cut: member daily moved on to attempt 2 of epoch 5, "
+                        f"committed by another group (file://{base}/_tpc_groups/b); the "
+                        "group's attempt is 1")
+    _moved_by_single_target_again(store)
+    assert json.loads(cli("--json").stdout)["moved_on"] == [{
+        "epoch": "5", "member": "daily", "group_attempt": 1, "attempt": 3,
+        "by": "single-target", "group": None}]
+    assert "committed by a single-target commit" in cli().stdout
+
+
+def _moved_by_single_target_again(store) -> None:
+    daily = Sink(f"{_base(store)}/daily", NS, storage_options=store[1])
+    txn, _ = stage(daily, "5", {"d.parquet": b"daily-single"})
+    daily.commit(txn)
+    assert txn.attempt == 3
