@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import TpcError
-from .group_records import GROUP_FORMAT, GroupCommit, GroupLedger
-from .layout import TPC_DIR
+from .group_records import GROUP_FORMAT, GroupCommit, GroupLedger, GroupTransaction
+from .layout import TPC_DIR, epoch_sort_key
 from .ledger import AttemptRecords, Ledger
 from .records import BEGIN, DECISION, PUBLISHED, Begin
 from .sink import Sink
@@ -129,4 +129,20 @@ def read_group_claim(uri: str, storage_options: dict[str, Any] | None = None
         raise TpcError(f"{storage.uri(path)} is not a group claim (format "
                        f"{claim.get('format')!r}); it was edited or damaged")
     return GroupLedger(storage, root), claim
+
+
+def member_staging_roots(ledger: GroupLedger) -> dict[str, str]:
+    """member -> its staging root, from the group's newest ``begin.json`` (each member's
+    planned ``staging_uri`` is ``<staging root>/epoch=E/attempt=NNNNNN``).  A reader
+    opening a member's ledger as a plain folder needs it to check records against their
+    staging: a table's staging lies in the table's location, which only its catalog
+    knows.  Empty when the group never began (then its cut is empty too)."""
+    scan = ledger.scan()
+    for epoch in sorted(scan, key=epoch_sort_key, reverse=True):
+        for attempt in sorted(scan[epoch], reverse=True):
+            begin = ledger.get(epoch, attempt, scan[epoch][attempt], BEGIN)
+            if isinstance(begin, GroupTransaction):
+                return {name: txn.staging_uri.rstrip("/").rsplit("/", 2)[0]
+                        for name, txn in begin.members.items()}
+    return {}
 

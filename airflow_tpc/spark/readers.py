@@ -143,10 +143,11 @@ def _group_cut(group: str, storage_options: dict[str, Any] | None
     """A look at group ``group``'s consistent cut (PROTOCOL §14.4): its ledger and each
     member's, every member opened as a plain folder from ``group.json`` (a table
     member's ledger root too: no table library)."""
-    from ..group_cut import consistent_cut, read_group_claim
+    from ..group_cut import consistent_cut, member_staging_roots, read_group_claim
 
     ledger, claim = read_group_claim(group, storage_options)
-    members = {str(n): reader_sink(str(t), storage_options)
+    staging = member_staging_roots(ledger)
+    members = {str(n): reader_sink(str(t), storage_options, staging.get(str(n)))
                for n, t in sorted(claim["members"].items())}
 
     def look() -> dict[str, int]:
