@@ -79,7 +79,8 @@ class GroupMaintenance:
                     log.error("group recover could not finish %s/%s/%d: %s", self.namespace,
                               epoch, attempt, exc)
                     report.errors.append((epoch, attempt, str(exc)))
-        self.ledger.sync_pending(scan, self.ledger.pending())
+        if scan:  # nothing to index: never recreate a lost group folder (group_orphans)
+            self.ledger.sync_pending(scan, self.ledger.pending())
         for name, sink in self.sinks.items():
             try:
                 sink.recover(now=now, ignore_failures_after_timeout=ignore_failures_after_timeout)

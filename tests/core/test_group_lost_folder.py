@@ -55,6 +55,7 @@ def test_every_recover_fails_loudly_and_changes_no_target(store):
     with pytest.raises(TpcError, match="group folder does not hold"):
         _group(store).recover(abort_undecided=True)
     assert _trees(group) == before  # nothing published, nothing dropped
+    assert group.storage.list(group.ledger.layout.root) == []  # the lost folder stays lost
     for sink in group.sinks.values():
         assert list(sink.committed_files()) == ["1"]
         assert [x.epoch for x in sink.lost_group_attempts()] == ["2"]
