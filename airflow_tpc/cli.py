@@ -36,6 +36,7 @@ from .cli_common import (  # noqa: F401 - the commands' shared pieces, also this
     CONNECT_TIMEOUT_S,
     MAX_ATTEMPTS,
     READ_TIMEOUT_S,
+    ShownProblem,
     _age,
     _attempt,
     _is_table,
@@ -152,16 +153,22 @@ def cmd_status(sink: Sink, args: argparse.Namespace) -> Any:
             e.update(published_attempt=i.attempt, files=i.files, rows=i.rows, bytes=i.bytes)
             if key:
                 e[key] = versions.get(i.txn_id)
+    lost = sink.lost_group_attempts()
     doc = {**table_history.where(sink), "namespace": sink.namespace,
-           "committed_epochs": list(committed), "epochs": list(epochs.values())}
-    if args.json:
-        return doc
+           "committed_epochs": list(committed), "epochs": list(epochs.values()),
+           "lost_group_attempts": [x.to_dict() for x in lost]}
     header = f"{_where_line(sink)}  namespace {sink.namespace}  committed epochs: " \
              f"{len(committed)}"
     body = _table(doc["epochs"], ["epoch", "published_attempt", *([key] if key else []),
                                   "files", "rows", "bytes", "attempts", "pending"]) \
         if epochs else "no transactions"
-    return f"{header}\n{body}"
+    shown = doc if args.json else f"{header}\n{body}" + "".join(
+        f"\nLOST GROUP ATTEMPT: {x.problem}" for x in lost)
+    if lost:  # shown, and a non-zero exit: nobody will decide these attempts
+        raise ShownProblem(f"{len(lost)} member attempt(s) of {sink.target} name a group "
+                           f"attempt their group folder does not hold; first: "
+                           f"{lost[0].problem}", shown)
+    return shown
 
 
 def cmd_abort(sink: Sink, args: argparse.Namespace) -> Any:
@@ -370,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
             getattr(args, "ledger_uri", None), **config)
         out = args.fn(sink, args)
     except Exception as exc:
+        if isinstance(exc, ShownProblem):  # the output, then what needs an operator
+            print(json.dumps(exc.output, indent=1, default=str) if args.json else exc.output)
         message = _unreachable_message(exc, args, options)
         if message is None and not isinstance(exc, TpcError):
             raise

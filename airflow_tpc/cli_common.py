@@ -181,3 +181,14 @@ def attempt_list(title: str, items: list[tuple[Any, ...]],
             line += f": {extra}"
         lines.append(line)
     return "\n".join(lines)
+
+
+class ShownProblem(TpcError):
+    """A command's output is shown (stdout) and still needs an operator: ``main`` prints
+    ``output`` first, then the one ``error:`` line, and exits 2.  What a status command
+    raises when it finds a member attempt its group folder lost (group_orphans)."""
+
+    def __init__(self, message: str, output: Any) -> None:
+        super().__init__(message)
+        self.output = output
+

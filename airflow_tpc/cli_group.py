@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import time
 from typing import Any
 
 from .cli_common import (
     CONNECT_TIMEOUT_S,
     MAX_ATTEMPTS,
     READ_TIMEOUT_S,
-    _age,
     _attempt,
     _is_table,
     _positive,
@@ -33,16 +31,21 @@ from .cli_common import (
     catalog_properties,
     open_sink,
 )
+from .cli_group_status import (  # noqa: F401 - describe_group: the UI reads it from here
+    _names,
+    _stable,
+    _stable_line,
+    cmd_status,
+    describe_group,
+)
 from .errors import InvalidState, LedgerError, NamespaceConflict, TpcError
 from .group import Group, GroupAbort, GroupCommit
 from .group_records import GROUP_FORMAT, MEMBER_RE
-from .layout import TPC_DIR, check_epoch, epoch_sort_key
+from .layout import TPC_DIR
 from .ledger import Ledger
-from .records import BEGIN, CLOSED, DECISION, PUBLISHED, Begin
+from .records import DECISION
 from .sink import Sink
 from .storage import open_storage
-from .tables.history import shown_target
-from .transaction import TxnState
 
 GROUP_CLAIM = "group.json"
 
@@ -74,10 +77,6 @@ def _by_name(pairs: list[tuple[str, str]] | None, option: str) -> dict[str, str]
     return out
 
 
-def _names(members: dict[str, str]) -> str:
-    return ", ".join(f"{n} ({t})" for n, t in sorted(members.items())) or "none"
-
-
 # ------------------------------------------------------------------ opening
 def open_group(args: argparse.Namespace, options: dict[str, Any] | None, *,
                read_only: bool = False) -> Group:
@@ -94,6 +93,7 @@ def open_group(args: argparse.Namespace, options: dict[str, Any] | None, *,
     path = storage.join(root, TPC_DIR, GROUP_CLAIM)
     claim = Ledger.decode_at(storage, path, storage.read_bytes(path))
     if claim is None:
+        _refuse_if_lost(args, options, uri, members, ledger_uris)
         raise TpcError(f"{uri} holds no airflow-tpc group (no {TPC_DIR}/{GROUP_CLAIM}; a "
                        "group's folder is claimed by its first begin)")
     if claim.get("format") != GROUP_FORMAT or not isinstance(claim.get("namespace"), str) \
@@ -128,127 +128,31 @@ def open_group(args: argparse.Namespace, options: dict[str, Any] | None, *,
     return Group(sinks, args.group, storage_options=options)
 
 
+def _refuse_if_lost(args: argparse.Namespace, options: dict[str, Any] | None, uri: str,
+                    members: dict[str, str], ledger_uris: dict[str, str]) -> None:
+    """A folder with no group claim that the members' attempts name as their group: the
+    group's folder was lost.  Said loudly (LedgerError), with the attempts nobody will
+    decide now, instead of "no group here"."""
+    lost = []
+    for name, target in sorted(members.items()):
+        try:
+            catalog = catalog_properties(argparse.Namespace(**{**vars(args), "target": target})) \
+                if _is_table(target) else None
+            sink = open_sink(target, args.namespace, options, catalog,
+                             ledger_uris.get(name), allow_foreign_namespace=True)
+            lost += [x for x in sink.lost_group_attempts() if x.group.rstrip("/") == uri]
+        except TpcError:
+            continue  # a member that cannot be opened: the plain refusal below says enough
+    if lost:
+        raise LedgerError(f"{uri} holds no airflow-tpc group, but {len(lost)} member "
+                          f"attempt(s) name it as their group; first: {lost[0].problem}")
+
+
 def run(_sink: None, args: argparse.Namespace) -> Any:
     """What ``airflow-tpc group ...`` runs (cli.main opens no single target for it)."""
     options = _storage_options(args)
     group = open_group(args, options, read_only=args.group_command == "status")
     return args.group_fn(group, args)
-
-
-# ------------------------------------------------------------------ status
-def describe_group(group: Group, epoch: str | None = None, *,
-                   now: float | None = None) -> list[dict[str, Any]]:
-    """Every group attempt (or one epoch's), oldest epoch first: its state from the
-    group's ledger, whether every member switched (``published``) or had its abort
-    carried out (``closed``), and each member's own attempt of it (state None: no
-    attempt of this group on that member, e.g. its begin died before it).  Reads only."""
-    now = time.time() if now is None else now
-    scan = group.ledger.scan(epoch)
-    member_infos = {name: {(i.epoch, i.attempt): i for i in sink.describe(epoch, now=now)}
-                    for name, sink in group.sinks.items()}
-    stable = group.stable_epochs()
-    out = []
-    for ep in sorted(scan, key=epoch_sort_key):
-        attempts = scan[ep]
-        top = max(attempts)
-        won = max((a for a, rec in attempts.items() if DECISION in rec.kinds and isinstance(
-            group.ledger.get(ep, a, rec, DECISION), GroupCommit)), default=None)
-        for attempt in sorted(attempts):
-            rec = attempts[attempt]
-            begin = group.ledger.get(ep, attempt, rec, BEGIN)
-            decision = group.ledger.get(ep, attempt, rec, DECISION)
-            members = {name: _member_of(group, name, ep, attempt, member_infos[name])
-                       for name in group.sinks}
-            if isinstance(decision, GroupCommit):
-                state = TxnState.COMMITTED
-            elif isinstance(decision, GroupAbort):
-                state = TxnState.EXPIRED if decision.expired else TxnState.ABORTED
-            elif all(m["state"] == str(TxnState.PRECOMMITTED) for m in members.values()):
-                state = TxnState.PRECOMMITTED
-            else:
-                state = TxnState.OPEN
-            started = getattr(begin, "started_at", None)
-            timeout = getattr(begin, "timeout_s", None)
-            out.append({
-                "epoch": ep, "attempt": attempt,
-                "txn_id": f"{getattr(begin, 'namespace', group.namespace)}/{ep}/{attempt}",
-                "state": str(state), "published": PUBLISHED in rec.kinds,
-                "closed": CLOSED in rec.kinds, "stable": stable.get(ep) == attempt,
-                "superseded": won is not None and attempt < won,
-                "started_at": started, "age_s": None if started is None else now - started,
-                "timeout_s": timeout,
-                "decided_at": getattr(decision, "decided_at", None),
-                "reason": decision.reason if isinstance(decision, GroupAbort) else None,
-                "members": members,
-                "note": _note(state, rec.kinds, attempt, top, won, started, timeout, now)})
-    return out
-
-
-def _member_of(group: Group, name: str, epoch: str, attempt: int,
-               infos: dict[tuple[str, int], Any]) -> dict[str, Any]:
-    info = infos.get((epoch, attempt))
-    if info is not None:  # the number may be another writer's on that target
-        begin = group.sinks[name].ledger.read(epoch, attempt, BEGIN)
-        mine = isinstance(begin, Begin) and begin.group is not None \
-            and str(begin.group.get("uri", "")).rstrip("/") == group.uri \
-            and begin.group.get("member") == name
-        info = info if mine else None
-    return {"state": None if info is None else str(info.state),
-            "published": bool(info is not None and info.published)}
-
-
-def _note(state: TxnState, kinds: set[str], attempt: int, top: int, won: int | None,
-          started: float | None, timeout: float | None, now: float) -> str:
-    if state is TxnState.COMMITTED:
-        if PUBLISHED not in kinds:
-            return "decided, not yet switched on every member (group recover finishes it)"
-        return "superseded" if won is not None and attempt < won else ""
-    if state in (TxnState.ABORTED, TxnState.EXPIRED):
-        return "" if CLOSED in kinds else \
-            "abort not yet carried out on every member (group recover finishes it)"
-    if attempt < top:
-        return "superseded (group recover aborts it)"
-    if started is None or (timeout is not None and now - started > timeout):
-        return "expired (group recover aborts it)"
-    return ""
-
-
-def _stable(group: Group, epoch: str | None = None) -> dict[str, int]:
-    """``Group.stable_epochs()`` (of one epoch), oldest epoch first."""
-    return {e: a for e, a in sorted(group.stable_epochs().items(),
-                                    key=lambda kv: epoch_sort_key(kv[0]))
-            if epoch is None or e == epoch}
-
-
-def _stable_line(stable: dict[str, int]) -> str:
-    return ", ".join(f"{e} (attempt {a})" for e, a in stable.items()) or "none"
-
-
-def cmd_status(group: Group, args: argparse.Namespace) -> Any:
-    epoch = check_epoch(args.epoch) if args.epoch is not None else None
-    rows = describe_group(group, epoch)
-    stable = _stable(group, epoch)
-    doc = {"group": group.uri, "namespace": group.namespace,
-           "members": {n: shown_target(s) for n, s in group.sinks.items()},
-           "stable_epochs": stable, "attempts": rows}
-    if args.json:
-        return doc
-    header = (f"group {group.uri}  namespace {group.namespace}  members: "
-              f"{_names(doc['members'])}\nstable epochs: {_stable_line(stable)}")
-    if not rows:
-        return f"{header}\nno group transactions"
-    from tabulate import tabulate  # the CLI's only
-
-    names = list(group.sinks)
-    cells = [[r["epoch"], r["attempt"], r["state"], "yes" if r["published"] else "no",
-              *[r["members"][n]["state"] for n in names], _age(r["age_s"]), r["note"]]
-             for r in rows]
-    # Member columns keep their names as given (lower case) beside the upper-case ones.
-    body = tabulate(cells, headers=["EPOCH", "ATTEMPT", "STATE", "PUBLISHED", *names, "AGE",
-                                    "NOTE"],
-                    tablefmt="simple", missingval="-", disable_numparse=True,
-                    colalign=["left", "right", *["left"] * (len(names) + 4)])
-    return f"{header}\n{body}"
 
 
 # ------------------------------------------------------------------ recover, abort

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 from .errors import InvalidState, TpcError
+from .faults import crashpoint
+from .group_cut import MovedOn, consistent_cut
 from .group_records import (
     GroupAbort,
     GroupCommit,
@@ -23,7 +24,6 @@ from .layout import epoch_sort_key
 from .ledger import AttemptRecords
 from .records import BEGIN, CLOSED, DECISION, PUBLISHED
 from .sink import Sink
-from .storage import open_storage
 
 log = logging.getLogger("airflow_tpc")
 
@@ -79,7 +79,8 @@ class GroupMaintenance:
                     log.error("group recover could not finish %s/%s/%d: %s", self.namespace,
                               epoch, attempt, exc)
                     report.errors.append((epoch, attempt, str(exc)))
-        self.ledger.sync_pending(scan, self.ledger.pending())
+        if scan:  # nothing to index: never recreate a lost group folder (group_orphans)
+            self.ledger.sync_pending(scan, self.ledger.pending())
         for name, sink in self.sinks.items():
             try:
                 sink.recover(now=now, ignore_failures_after_timeout=ignore_failures_after_timeout)
@@ -117,43 +118,32 @@ class GroupMaintenance:
                            decision.reason if isinstance(decision, GroupAbort) else None)
 
     def stable_epochs(self) -> dict[str, int]:
-        """epoch -> the group attempt every member publishes: its winning (highest)
-        group commit, once ``published.json`` says every member switched.  An epoch
-        whose newest commit is still switching is left out (the last stable cut)."""
-        return stable_epochs(self.ledger)
+        """epoch -> the group attempt every member publishes: the group's winning
+        (highest) commit, once ``published.json`` says every member switched AND every
+        member's own winning attempt of the epoch is still that one.  An epoch whose
+        newest commit is still switching, or where a member moved on (another group or
+        a single-target commit re-committed it), is left out (PROTOCOL §14.4)."""
+        return consistent_cut(self.ledger, self.sinks)[0]
+
+    def moved_on(self) -> list[MovedOn]:
+        """The members that keep a published epoch out of the cut: each one's winning
+        attempt of the epoch, and whether another group or a single-target commit made
+        it (what ``airflow-tpc group status`` shows)."""
+        return consistent_cut(self.ledger, self.sinks)[1]
 
     def committed_files(self) -> dict[str, dict[str, list[str]]]:
         """member -> epoch -> file URIs, for the stable epochs only, read as one cut: an
-        epoch whose winning group attempt changed while the members were read (a re-run
-        switching) is left out rather than shown half old, half new."""
+        epoch whose cut changed while the members were read (a re-run switching, or a
+        member re-committed meanwhile) is left out rather than shown half old, half new.
+        (A member's files change only after a commit decision on it, which the second
+        look sees.)"""
         before = self.stable_epochs()
         files = {name: sink.committed_files(list(before))
                  for name, sink in self.sinks.items()}
+        crashpoint("group.cut.between_looks")  # tests: a member re-committed mid-read
         after = self.stable_epochs()
         cut = {e for e, a in before.items() if after.get(e) == a
                and all(e in per_epoch for per_epoch in files.values())}
         return {name: {e: f for e, f in per_epoch.items() if e in cut}
                 for name, per_epoch in files.items()}
 
-
-def stable_epochs(ledger: GroupLedger) -> dict[str, int]:
-    """:meth:`GroupMaintenance.stable_epochs` from the group's ledger alone (one listing,
-    a read per decided epoch): what a reader needs, without opening the members (a
-    job-side reader of one folder member opens no table library)."""
-    out = {}
-    for epoch, attempts in ledger.scan().items():
-        for attempt in sorted(attempts, reverse=True):
-            rec = attempts[attempt]
-            if DECISION not in rec.kinds:
-                continue
-            if isinstance(ledger.get(epoch, attempt, rec, DECISION), GroupCommit):
-                if PUBLISHED in rec.kinds:
-                    out[epoch] = attempt
-                break
-    return out
-
-
-def open_group_ledger(uri: str, storage_options: dict[str, Any] | None = None) -> GroupLedger:
-    """The ledger of the group whose folder is ``uri`` (read-only use: readers)."""
-    storage, root = open_storage(uri, storage_options)
-    return GroupLedger(storage, root)

@@ -70,6 +70,7 @@ class SinkMaintenance(SinkFinish):
         report = RecoveryReport(dry_run=dry_run)
         scan = self.ledger.scan()
         damaged: set[str] = set()
+        lost = self._report_lost_group_attempts(scan, report)
         for k, epoch in enumerate(sorted(scan, key=epoch_sort_key), 1):
             if progress is not None:
                 progress(epoch, k, len(scan))
@@ -125,8 +126,11 @@ class SinkMaintenance(SinkFinish):
         report.cleaned = self._clean_finished_staging(scan, skip=damaged, dry_run=dry_run)
         if report.errors:
             first = report.errors[0]
-            failed = len(report.errors) - len(damaged)
+            failed = len(report.errors) - len(damaged) - lost
             what = [f"could not finish {failed} decided commit(s)"] if failed else []
+            if lost:
+                what.append(f"found {lost} member attempt(s) whose group folder does not "
+                            "hold them (their group cannot decide them)")
             if damaged:
                 what.append(f"left {len(damaged)} epoch(s) with damaged ledger records untouched")
             err = TpcError(f"recover of {self.target} {' and '.join(what)}; first: epoch "
@@ -136,6 +140,17 @@ class SinkMaintenance(SinkFinish):
             err.report = report  # type: ignore[attr-defined]
             raise err
         return report
+
+    def _report_lost_group_attempts(self, scan: dict[str, dict[int, AttemptRecords]],
+                                    report: RecoveryReport) -> int:
+        """Each undecided member attempt whose group folder lost it is an error of this
+        recover (it is left undecided: only its group decides it), so the loss surfaces
+        on every restore instead of the decided commit vanishing without a word."""
+        lost = self.lost_group_attempts(scan=scan)
+        for item in lost:
+            log.error("recover of %s: %s", self.target, item.problem)
+            report.errors.append((item.epoch, item.attempt, item.problem))
+        return len(lost)
 
     def _finish_epoch_recording(self, epoch: str, attempts: dict[int, AttemptRecords],
                                 report: RecoveryReport) -> int | None:

@@ -13,7 +13,8 @@ import time
 from typing import Any
 
 from . import promote as _promote
-from .errors import InvalidState, ManifestError, NamespaceConflict
+from .errors import InvalidState, LedgerError, ManifestError, NamespaceConflict
+from .group_orphans import LostGroupAttempt, lost_group_attempt
 from .ledger import AttemptRecords, check_attempt, check_epoch, epoch_sort_key
 from .manifest import MANIFEST_NAME, Manifest, ManifestSummary
 from .records import (
@@ -157,6 +158,30 @@ class SinkQueries(SinkFinish):
             if isinstance(namespace, str) and namespace:
                 return f"{namespace}/{epoch}/{attempt}"
         return f"{self.namespace}/{epoch}/{attempt}"
+
+    def lost_group_attempts(self, epoch: str | None = None, *,
+                            scan: dict[str, dict[int, AttemptRecords]] | None = None
+                            ) -> list[LostGroupAttempt]:
+        """The undecided member attempts whose group folder does not hold their group
+        attempt (:mod:`airflow_tpc.group_orphans`): nobody will decide them until that
+        folder is restored.  Recover and status report them loudly."""
+        if scan is None:
+            scan = self.ledger.scan(check_epoch(epoch) if epoch is not None else None)
+        out = []
+        for ep in sorted(scan, key=epoch_sort_key):
+            for attempt, rec in sorted(scan[ep].items()):
+                if DECISION in rec.kinds:
+                    continue
+                try:
+                    begin = self.ledger.get(ep, attempt, rec, BEGIN)
+                except LedgerError:
+                    continue  # a damaged record: reported by whoever acts on the epoch
+                if isinstance(begin, Begin) and begin.group is not None:
+                    lost = lost_group_attempt(self.storage, self.target, ep, attempt,
+                                              begin.group)
+                    if lost is not None:
+                        out.append(lost)
+        return out
 
     def table_version(self, epoch: str, digest: str) -> dict[str, str] | None:
         """The table-format commit that carries a manifest (``digest``) of ``epoch``:

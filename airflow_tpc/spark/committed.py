@@ -14,24 +14,29 @@ from typing import Any
 from ..errors import TpcError
 from ..sink import Sink
 from ..storage import storage_class
+from ..transaction import SinkConfig
 from .credentials import _credentials_from_env
 
 _ATTEMPT_BASE = re.compile(r"^(?P<base>.*/attempt=\d{6,})/")
 _READER_NAMESPACE = "airflow-tpc-reader"  # reading never claims a target: any name works
 
 
-def reader_sink(target: str, storage_options: dict[str, Any] | None) -> Sink:
+def reader_sink(target: str, storage_options: dict[str, Any] | None,
+                staging_root: str | None = None) -> Sink:
     """A core sink to read ``target``'s published markers with.
 
     A store that takes credentials (S3) also gets the job's environment credentials
     (explicit ``storage_options`` win); whether it does is asked of the store class,
     never read off the URI.  An unsupported store is refused here
     (:class:`~airflow_tpc.errors.UnsupportedStorage`), as the sink would refuse it.
+    ``staging_root``: where the target's staging lies when its claim does not say (a
+    table member's ledger opened as a plain folder by a group's cut reader).
     """
     options = storage_options
     if storage_class(target).takes_credentials:
         options = {**_credentials_from_env(), **(storage_options or {})}
-    return Sink(target, _READER_NAMESPACE, storage_options=options)
+    config = SinkConfig(staging_root=staging_root) if staging_root else None
+    return Sink(target, _READER_NAMESPACE, storage_options=options, config=config)
 
 
 def _base_of(uri: str, epoch_dir: str) -> str:

@@ -16,7 +16,7 @@ handed to ``spark.createDataFrame``: fine for what fits in the driver's memory.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..errors import TpcError
@@ -138,6 +138,27 @@ def _read_files(spark: Any, committed: dict[str, list[str]], epochs: Iterable[st
                         options, schema)
 
 
+def _group_cut(group: str, storage_options: dict[str, Any] | None
+               ) -> Callable[[], dict[str, int]]:
+    """A look at group ``group``'s consistent cut (PROTOCOL §14.4): its ledger and each
+    member's, every member opened as a plain folder from ``group.json`` (a table
+    member's ledger root too: no table library)."""
+    from ..group_cut import consistent_cut, member_staging_roots, read_group_claim
+
+    ledger, claim = read_group_claim(group, storage_options)
+    staging = member_staging_roots(ledger)
+    members = {str(n): reader_sink(str(t), storage_options, staging.get(str(n)))
+               for n, t in sorted(claim["members"].items())}
+
+    def look() -> dict[str, int]:
+        cut, moved = consistent_cut(ledger, members)
+        for m in moved:
+            log.warning("read_committed: group %s leaves epoch %s out of its cut: %s", group,
+                        m.epoch, m.describe())
+        return cut
+    return look
+
+
 def read_committed(spark: Any, target: str, *, epochs: Iterable[str] | None = None,
                    format: str = "parquet", storage_options: dict[str, Any] | None = None,
                    options: dict[str, str] | None = None, schema: Any = None,
@@ -171,10 +192,8 @@ def read_committed(spark: Any, target: str, *, epochs: Iterable[str] | None = No
     """
     cut: dict[str, int] | None = None
     if group is not None:
-        from ..group_maintenance import open_group_ledger, stable_epochs
-
-        ledger = open_group_ledger(group, storage_options)
-        cut = stable_epochs(ledger)
+        look = _group_cut(group, storage_options)
+        cut = look()
         wanted = set(cut) if epochs is None else set(cut) & {str(e) for e in epochs}
         epochs = sorted(wanted, key=epoch_sort_key)
         log.info("read_committed %s: the stable cut of group %s: %s", target, group, cut)
@@ -211,7 +230,7 @@ def read_committed(spark: Any, target: str, *, epochs: Iterable[str] | None = No
     sink = reader_sink(target, storage_options)
     committed = sink.committed_files(epochs)
     if group is not None and cut is not None:  # listed between two looks at the group
-        again = stable_epochs(ledger)
+        again = look()
         committed = {e: u for e, u in committed.items() if again.get(e) == cut.get(e)}
     groups = []
     for epoch, uris in committed.items():
