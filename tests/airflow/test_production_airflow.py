@@ -277,6 +277,10 @@ def test_postgres_and_celery_exactly_once(tmp_path, monkeypatch):
         victims = {workers[_session_of(int(f.read_text()))] for f in flags.values()}
         for victim in sorted(victims):
             assert _kill_session(local.pid(victim))
+        gone = time.monotonic() + 120  # a SIGKILL takes effect soon, not at once
+        while any(local.alive(v) for v in victims):
+            assert time.monotonic() < gone, f"{victims} still alive after SIGKILL"
+            time.sleep(0.5)
         survivors = {"worker-1", "worker-2"} - victims
         if not survivors:  # both paused tasks had a worker each: a node comes back
             local.start_worker("worker-1")
