@@ -26,6 +26,7 @@ Configuration (environment, read when the DAG file is parsed):
   TPC_EXAMPLE_REPLACE_WHERE  an existing table of its own partitioning: the rows one run
                        owns, templated, e.g. "day = '{{ ds }}'" (the job writes a "day"
                        column; without it the table uses the identity(epoch) layout)
+  TPC_EXAMPLE_POKE_INTERVAL  seconds between the sensors' looks (default 5; the demo: 1)
   TPC_EXAMPLE_GROUP    the second DAG, tpc_daily_events_group: the same job writes a folder
                        (TPC_EXAMPLE_TARGET + "_group") and an Iceberg table (TPC_EXAMPLE_TABLE
                        + "_group") as ONE group transaction: both or neither (docs/groups.md);
@@ -54,7 +55,7 @@ RUN = {
     "application_args": ARGS,
     "submit_kwargs": {"retries": 1, "retry_delay": timedelta(seconds=2)},
     "sensor_mode": "reschedule",
-    "poke_interval": 5,
+    "poke_interval": float(os.environ.get("TPC_EXAMPLE_POKE_INTERVAL") or 5),
 }
 PARAMS = {
     "rows": Param(20_000, type="integer", minimum=1),

@@ -139,6 +139,11 @@ def _service_env(home: Path, port: int, worker_log_port: int, trigger_log_port: 
     return env
 
 
+def _worker_command(worker: str) -> list[str]:
+    """A Celery worker's ``airflow`` arguments: two task slots, named after ``worker``."""
+    return ["celery", "worker", "--concurrency", "2", "--celery-hostname", f"{worker}@%h"]
+
+
 class Local:
     """One AIRFLOW_HOME's services: their pid files, logs, recorded ports and settings."""
 
@@ -249,16 +254,9 @@ class Local:
         extra_env = {w: {"AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port())}
                      for w in WORKERS}
         for worker in WORKERS:
-            commands[worker] = ["celery", "worker", "--concurrency", "2",
-                                "--celery-hostname", f"{worker}@%h"]
+            commands[worker] = _worker_command(worker)
         for service in self.services():
-            with open(self.log(service), "a") as out:
-                proc = subprocess.Popen([*airflow, *commands[service]],
-                                        env={**full, **extra_env.get(service, {})},
-                                        stdout=out, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True,
-                                        cwd=self.home)
-            (self.run / f"{service}.pid").write_text(str(proc.pid))
+            self._spawn(service, commands[service], {**full, **extra_env.get(service, {})})
         try:
             self.wait_healthy(timeout, t0)
         except BaseException:
@@ -267,6 +265,42 @@ class Local:
         print(f"all services healthy in {time.monotonic() - t0:.0f} s: UI and API at "
               f"{self.url()} (user admin, password in "
               f"{self.home / 'simple_auth_manager_passwords.json.generated'})")
+
+    def _spawn(self, service: str, command: list[str], env: dict[str, str]) -> int:
+        """Start ``airflow <command>`` as ``service``: its own session (so ``stop`` and a
+        test's kill reach its whole tree), its log appended to, its pid recorded."""
+        with open(self.log(service), "a") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "airflow", *command], env=env,
+                                    stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True,
+                                    cwd=self.home)
+        (self.run / f"{service}.pid").write_text(str(proc.pid))
+        return proc.pid
+
+    def start_worker(self, worker: str, timeout: float = 300) -> int:
+        """Start a Celery worker again after it died or was killed (a lost node coming
+        back): the settings ``start`` gave it, a new log-server port; returns once it is
+        ready.  A task it ran when it died is not resumed: Airflow fails it after its
+        heartbeat timeout and retries it on a live worker (docs/scheduler.md)."""
+        if worker not in WORKERS or not self.mode().get("celery"):
+            raise LocalError(f"no Celery worker {worker!r} here (workers: "
+                             f"{', '.join(WORKERS)}; start with --celery)")
+        if self.alive(worker):
+            raise LocalError(f"{worker} is running (pid {self.pid(worker)})")
+        log = self.log(worker)
+        seen = log.stat().st_size if log.exists() else 0
+        env = {**self.env(), "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port())}
+        pid = self._spawn(worker, _worker_command(worker), env)
+        deadline = time.monotonic() + timeout
+        while " ready." not in log.read_text(errors="replace")[seen:]:
+            if not self.alive(worker):
+                raise LocalError(f"{worker} died while starting; the end of {log}:\n"
+                                 f"{_tail(log)}")
+            if time.monotonic() > deadline:
+                raise LocalError(f"{worker} not ready within {timeout:.0f} s; the end of "
+                                 f"{log}:\n{_tail(log)}")
+            time.sleep(1)
+        return pid
 
     def health(self) -> dict[str, Any] | None:
         try:
@@ -584,6 +618,9 @@ def main(argv: list[str] | None = None) -> int:
     st.add_argument("--celery", action="store_true",
                     help="CeleryExecutor, a Redis broker and two workers (implies --postgres)")
     sub.add_parser("stop", help="stop every process the services started")
+    sw = sub.add_parser("start-worker", help="start a Celery worker again after it died "
+                        "or was killed (its lost tasks are retried by Airflow)")
+    sw.add_argument("worker", choices=WORKERS)
     sub.add_parser("status", help="which services run, and their health")
     lg = sub.add_parser("logs", help="the end of each service's log")
     lg.add_argument("service", nargs="?", choices=SERVICES + WORKERS + ("postgres", "redis"))
@@ -605,6 +642,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "stop":
             killed = local.stop()
             print("stopped" + (f" (killed after the grace period: {killed})" if killed else ""))
+        elif args.cmd == "start-worker":
+            print(f"{args.worker} ready, pid {local.start_worker(args.worker)}")
         elif args.cmd == "status":
             return status(local)
         elif args.cmd == "logs":

@@ -1,22 +1,31 @@
 #!/usr/bin/env bash
-# Creates .venv with everything airflow-tpc needs (idempotent; ~30-60 s the first time).
-# Needs only python3.11 and Java 17 on the machine.
+# Creates .venv with what airflow-tpc needs (idempotent).  Needs only python3 (3.10+)
+# and Java 17 on the machine.
+#
+#   scripts/bootstrap.sh demo   the example's parts only: the package with its spark,
+#                               airflow and tables extras (~30 s the first time)
+#   scripts/bootstrap.sh        everything the tests need besides (the dev extra, the OS's
+#                               Chromium, PostgreSQL and Redis, DuckDB's readers)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+mode=${1:-test}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-stamp=.venv/.tpc-installed
+extras=dev
+[ "$mode" = demo ] && extras="all,tables"
+stamp=.venv/.tpc-installed-${extras/,/-}
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check uv
-  .venv/bin/python -m uv pip install --quiet --python .venv/bin/python -e ".[dev]"
+  .venv/bin/python -m uv pip install --quiet --python .venv/bin/python -e ".[$extras]"
   touch "$stamp"
 fi
-# From the OS, installed when missing and we may (root): Chromium for the browser test
-# (tests/airflow/test_run_page.py), PostgreSQL and Redis for production Airflow
-# (scripts/airflow-local.sh start --celery, tests/airflow/test_production_airflow.py).
-# Without them those tests fail with a clear message.
+[ "$mode" = demo ] && exit 0
+# Test-only parts from the OS, installed when missing and we may (root): Chromium for the
+# browser tests (tests/airflow/test_run_page.py), PostgreSQL and Redis for production
+# Airflow (scripts/airflow-local.sh start --celery, tests/airflow/test_production_airflow.py).
+# Without them those tests fail with a clear message.  The demo never needs them.
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)

@@ -41,6 +41,12 @@ from airflow_tpc.airflow.hooks import TpcHook
 from airflow_tpc.airflow.metrics import ABORTS
 from airflow_tpc.airflow.operators import target_asset
 from airflow_tpc.airflow.submit import StagedSparkSubmitOperator, _owner, job_payload
+from airflow_tpc.airflow.task_policy import (
+    DEFAULT_ABORT_REASON,
+    abort_reason,
+    commit_retry_args,
+    refusals_fail_at_once,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -119,9 +125,14 @@ class GroupCommitOperator(GroupTaskMixin, BaseOperator):
                  group_uri: str | None = None, storage_conn_id: str | None = None,
                  storage_options: dict[str, Any] | None = None, sink_config: Any = None,
                  catalog_conn_id: str | None = None, force: bool = False,
+                 retries: int | None = None, retry_delay: Any = None,
+                 retry_exponential_backoff: float | None = None, max_retry_delay: Any = None,
                  **kwargs: Any) -> None:
         default_outlets = "outlets" not in kwargs
-        super().__init__(**kwargs)
+        # retries by default, as CommitOperator's (task_policy.py): idempotent, so a lost
+        # worker costs a retry, not the epoch
+        super().__init__(**commit_retry_args(retries, retry_delay, retry_exponential_backoff,
+                                             max_retry_delay), **kwargs)
         self.sensor_task_id = sensor_task_id
         self.force = force
         self._init_group(targets, namespace, group_uri, storage_conn_id, storage_options,
@@ -138,8 +149,9 @@ class GroupCommitOperator(GroupTaskMixin, BaseOperator):
         gtxn = _loaded(group, pointer, self.sensor_task_id)
         was_published = group.poll(gtxn).published
         started = time.monotonic()
-        result = group.commit(gtxn, force=self.force, expected_digests={
-            n: p["digest"] for n, p in pointer["members"].items()})
+        with refusals_fail_at_once():  # a refusal is final; anything else is retried
+            result = group.commit(gtxn, force=self.force, expected_digests={
+                n: p["digest"] for n, p in pointer["members"].items()})
         published = group.poll(gtxn).published
         if published and not was_published:  # this try made every member visible: once
             for name, p in pointer["members"].items():
@@ -244,7 +256,7 @@ class GroupAbortOperator(GroupTaskMixin, BaseOperator):
                  group_uri: str | None = None, storage_conn_id: str | None = None,
                  storage_options: dict[str, Any] | None = None, sink_config: Any = None,
                  catalog_conn_id: str | None = None,
-                 reason: str = "aborted by the DAG run ({{ ti.task_id }})",
+                 reason: str = DEFAULT_ABORT_REASON,
                  trigger_rule: str = "one_failed", fail_run: bool = False,
                  **kwargs: Any) -> None:
         super().__init__(trigger_rule=trigger_rule, **kwargs)
@@ -272,8 +284,9 @@ class GroupAbortOperator(GroupTaskMixin, BaseOperator):
             return {"aborted": [], "committed": []}
         group, hooks = self.open_group()
         gtxn = _loaded(group, doc, self.submit_task_id)
+        self.reason = abort_reason(self, context, str(self.reason))
         try:
-            made = group.abort(gtxn, str(self.reason))
+            made = group.abort(gtxn, self.reason)
             if made:  # counted per member, as a single target's abort is
                 for hook in hooks.values():
                     hook.metrics.incr(ABORTS)

@@ -42,6 +42,12 @@ from airflow_tpc.airflow.submit import (
     job_payload,
     package_zip,
 )
+from airflow_tpc.airflow.task_policy import (
+    DEFAULT_ABORT_REASON,
+    abort_reason,
+    commit_retry_args,
+    refusals_fail_at_once,
+)
 from airflow_tpc.faults import crashpoint
 from airflow_tpc.tables.history import table_uri
 
@@ -83,15 +89,23 @@ class CommitOperator(TpcBaseOperator):
     :param sensor_task_id: the :class:`PrecommitSensor` whose pointer is committed.
     :param outlets: Assets updated on commit (default: one Asset for the target URI).
     :param force: commit even past the transaction timeout (logged loudly).
+    :param retries: default 3 (``retry_delay`` 15 s, doubling, at most 5 min): a commit is
+        idempotent, so a worker lost mid-commit costs a retry, not the epoch; the abort
+        task runs only once the commit failed for good (airflow_tpc/airflow/task_policy.py).
+        A value given here or in ``default_args`` wins.
     """
 
     template_fields: Sequence[str] = tpc_template_fields("sensor_task_id")
     operator_extra_links = (ManifestLink(),)
     ui_color = "#b7e4c7"
 
-    def __init__(self, *, sensor_task_id: str, force: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *, sensor_task_id: str, force: bool = False,
+                 retries: int | None = None, retry_delay: Any = None,
+                 retry_exponential_backoff: float | None = None, max_retry_delay: Any = None,
+                 **kwargs: Any) -> None:
         default_outlets = "outlets" not in kwargs
-        super().__init__(**kwargs)
+        super().__init__(**commit_retry_args(retries, retry_delay, retry_exponential_backoff,
+                                             max_retry_delay), **kwargs)
         if default_outlets:  # the target may have come from default_args: read it here
             self.outlets = [target_asset(self.target)]
         self.sensor_task_id = sensor_task_id
@@ -102,7 +116,8 @@ class CommitOperator(TpcBaseOperator):
         if not pointer or "digest" not in pointer:
             raise InvalidState(f"no pre-commit pointer from task {self.sensor_task_id!r}: "
                                "nothing validated to commit")
-        outcome = self.tpc_hook.commit_pointer(pointer, force=self.force)
+        with refusals_fail_at_once():  # a refusal is final; anything else is retried
+            outcome = self.tpc_hook.commit_pointer(pointer, force=self.force)
         txn, result, was_published = outcome.txn, outcome.result, outcome.was_published
         crashpoint("commit_task.after_commit")
         manifest = result.manifest
@@ -250,7 +265,7 @@ class AbortOperator(TpcBaseOperator):
     ui_color = "#f4a6a6"
 
     def __init__(self, *, submit_task_id: str,
-                 reason: str = "aborted by the DAG run ({{ ti.task_id }})",
+                 reason: str = DEFAULT_ABORT_REASON,
                  trigger_rule: str = "one_failed", fail_run: bool = False,
                  **kwargs: Any) -> None:
         super().__init__(trigger_rule=trigger_rule, **kwargs)
@@ -266,7 +281,8 @@ class AbortOperator(TpcBaseOperator):
             result: dict[str, Any] = {"aborted": [], "committed": []}
         else:
             ti = context["ti"]
-            result = self.tpc_hook.abort_run(doc, ti.dag_id, ti.run_id, str(self.reason))
+            self.reason = abort_reason(self, context, str(self.reason))
+            result = self.tpc_hook.abort_run(doc, ti.dag_id, ti.run_id, self.reason)
             if result["committed"]:
                 self.log.warning("Not aborted (already COMMITTED): %s. If a commit task failed "
                                  "after its decision, re-run it to finish the promotion.",

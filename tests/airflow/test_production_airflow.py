@@ -11,9 +11,13 @@ services are what is expensive), and the scenarios of issue 19 on it:
    overlap, never three), into a folder, a Delta table and an Iceberg table
    (tests/airflow/dags/tpc_it_scheduler.py): every epoch published exactly once in
    each, both workers ran tasks, every task process exited 0;
-2. a worker SIGKILLed in the middle of a commit — after the decision, before anything
-   is published (tests/airflow/dags/tpc_it_celery_kill.py): Airflow finds the task
-   without heartbeat, retries it on the other worker, and the epoch is published once.
+2. a worker SIGKILLed in the middle of a commit — before its decision, the attempt
+   pre-committed — of a single target and of a group, both wired by the public task
+   group code with the commit's *default* retries (tests/airflow/dags/
+   tpc_it_celery_kill.py, tpc_it_celery_kill_group.py): Airflow finds each task without
+   heartbeat, retries it on a live worker (if both paused tasks were on one worker, the
+   other; else one worker is started again, as a lost node comes back), and each epoch
+   is published once; ``abort`` never runs, so the good attempt is never thrown away.
 
 While the scheduler waits out that dead worker's heartbeat, three more runs go on the
 surviving worker at the same time (no second deployment, no waiting one after another):
@@ -174,6 +178,15 @@ def _kill_session(leader: int) -> list[int]:
     return killed
 
 
+def _kill_group(target: Path) -> Any:
+    """The group of tests/airflow/dags/tpc_it_celery_kill_group.py, as its DAG opens it."""
+    from airflow_tpc import Group
+
+    root = f"{target}_kill_group"
+    return Group({n: Sink(f"{root}/{n}", "tpc_it_celery_kill_group")
+                  for n in ("events", "daily")}, f"{root}/_tpc_groups/kill")
+
+
 def _session_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[3])
 
@@ -187,8 +200,8 @@ def test_postgres_and_celery_exactly_once(tmp_path, monkeypatch):
             "postgresql and redis-server), or apt-get install them")
     home, dags, target = tmp_path / "home", tmp_path / "dags", tmp_path / "target"
     dags.mkdir()
-    for dag in ("tpc_it_scheduler", "tpc_it_celery_kill", "tpc_it_celery_retry",
-                "tpc_it_gate_nospark"):
+    for dag in ("tpc_it_scheduler", "tpc_it_celery_kill", "tpc_it_celery_kill_group",
+                "tpc_it_celery_retry", "tpc_it_gate_nospark"):
         shutil.copy(HERE / "dags" / f"{dag}.py", dags)
     flag = tmp_path / "paused.pid"
     env = _env(home, dags, target)
@@ -245,28 +258,42 @@ def test_postgres_and_celery_exactly_once(tmp_path, monkeypatch):
         assert {k: exits.get(k) for k in ran} == dict.fromkeys(ran, (0, "success"))
 
         phase("backfilled")
-        # 2. A worker SIGKILLed mid-commit; the retry runs on the other one.
+        # 2. Workers SIGKILLed mid-commit (single target and group, before the decision);
+        # the retries run on a live worker.
         local = _local(home, monkeypatch)
         token = local.token()
-        _unpause_when_parsed(local, token, ("tpc_it_celery_kill", "tpc_it_celery_retry",
-                                            "tpc_it_gate_nospark"))
-        kill_run = local.request("POST", "/api/v2/dags/tpc_it_celery_kill/dagRuns",
-                                 {"logical_date": "2026-11-05T00:00:00Z"},
-                                 token=token)["dag_run_id"]
+        _unpause_when_parsed(local, token, ("tpc_it_celery_kill", "tpc_it_celery_kill_group",
+                                            "tpc_it_celery_retry", "tpc_it_gate_nospark"))
+        kill_runs = {dag: local.request("POST", f"/api/v2/dags/{dag}/dagRuns",
+                                        {"logical_date": "2026-11-05T00:00:00Z"},
+                                        token=token)["dag_run_id"]
+                     for dag in ("tpc_it_celery_kill", "tpc_it_celery_kill_group")}
+        flags = {"tpc_it_celery_kill": flag, "tpc_it_celery_kill_group": Path(f"{flag}.group")}
         deadline = time.monotonic() + KILL_S / 3
-        while not (flag.exists() and flag.read_text().strip()):
-            assert time.monotonic() < deadline, "the commit never reached its decision"
+        while not all(f.exists() and f.read_text().strip() for f in flags.values()):
+            assert time.monotonic() < deadline, "a commit never reached its decision"
             time.sleep(1)
-        paused = int(flag.read_text())
         workers = {local.pid(w): w for w in ("worker-1", "worker-2")}
-        victim = workers[_session_of(paused)]
-        assert _kill_session(local.pid(victim))
-        survivor = ({"worker-1", "worker-2"} - {victim}).pop()
-        phase(f"{victim} killed")
-        # Decided, not yet published: the ledger says COMMITTED, no marker yet.
+        victims = {workers[_session_of(int(f.read_text()))] for f in flags.values()}
+        for victim in sorted(victims):
+            assert _kill_session(local.pid(victim))
+        gone = time.monotonic() + 120  # a SIGKILL takes effect soon, not at once
+        while any(local.alive(v) for v in victims):
+            assert time.monotonic() < gone, f"{victims} still alive after SIGKILL"
+            time.sleep(0.5)
+        survivors = {"worker-1", "worker-2"} - victims
+        if not survivors:  # both paused tasks had a worker each: a node comes back
+            local.start_worker("worker-1")
+            survivors = {"worker-1"}
+        phase(f"{', '.join(sorted(victims))} killed; retries on {', '.join(survivors)}")
+        # Pre-committed, undecided: nothing in the ledger says COMMITTED yet.
         kill_sink = Sink(f"{target}_kill", "tpc_it_celery_kill")
         assert [(i.state, i.published) for i in kill_sink.describe()] == [
-            (TxnState.COMMITTED, False)]
+            (TxnState.PRECOMMITTED, False)]
+        kill_group = _kill_group(target)
+        assert kill_group.stable_epochs() == {}
+        assert {n: [i.state for i in s.describe()] for n, s in kill_group.sinks.items()} == {
+            n: [TxnState.PRECOMMITTED] for n in kill_group.sinks}
 
         # 3-5 at once on the surviving worker, while the scheduler waits out the dead
         # one's heartbeat: a job failing its first try, the UI's Clear of a committed
@@ -281,7 +308,7 @@ def test_postgres_and_celery_exactly_once(tmp_path, monkeypatch):
         cleared = local.request("POST", f"/api/v2/dags/tpc_it_scheduler/dagRuns/{quoted}/clear",
                                 {"dry_run": False}, token=token)
         assert cleared["state"] == "queued", cleared
-        runs = {"tpc_it_celery_kill": kill_run, "tpc_it_celery_retry": retry_run,
+        runs = {**kill_runs, "tpc_it_celery_retry": retry_run,
                 "tpc_it_scheduler": cleared_run, "tpc_it_gate_nospark": gate_run}
         aborted: dict[str, Any] | None = None
         deadline = time.monotonic() + KILL_S
@@ -312,14 +339,18 @@ def test_postgres_and_celery_exactly_once(tmp_path, monkeypatch):
                           list(runs.values())):
             print("   ", *row)
 
-        # 2. The killed commit: retried once, on the surviving worker.
-        commit = _query(home, "SELECT id::text, state, try_number FROM task_instance WHERE "
-                        "dag_id = %s AND task_id = 'commit'", "tpc_it_celery_kill")
-        assert states["tpc_it_celery_kill"] == "success", states
-        assert [c[1:] for c in commit] == [("success", 2)], commit
-        retry_id = commit[0][0].replace("-", "")
-        retried = _finished_in(logs, (survivor,), {retry_id})[survivor].get(retry_id)
-        assert retried == (0, "success"), f"the retry did not finish on {survivor}"
+        # 2. The killed commits: each retried once (the default retries), on a live
+        # worker, never aborted.
+        for dag in kill_runs:
+            assert states[dag] == "success", states
+            commit = _query(home, "SELECT id::text, state, try_number FROM task_instance "
+                            "WHERE dag_id = %s AND task_id = 'commit'", dag)
+            assert [c[1:] for c in commit] == [("success", 2)], (dag, commit)
+            assert _tasks(home, dag, kill_runs[dag])["abort"][0] == "skipped", dag
+            retry_id = commit[0][0].replace("-", "")
+            found = _finished_in(logs, tuple(survivors), {retry_id})
+            assert {w: f.get(retry_id) for w, f in found.items() if retry_id in f} in [
+                {w: (0, "success")} for w in survivors], f"{dag}: retry not on {survivors}"
         # 3. The failed job retried: submit succeeded on try 2, the epoch committed.
         assert states["tpc_it_celery_retry"] == "success", states
         retry_tasks = _tasks(home, "tpc_it_celery_retry", retry_run)
@@ -386,10 +417,15 @@ def test_postgres_and_celery_exactly_once(tmp_path, monkeypatch):
         rows = sink.table_target.pyarrow_dataset().to_table() if "delta" in name else \
             sink.table_target.load_table().scan().to_arrow()
         assert sorted(rows["epoch"].to_pylist()) == sorted(EPOCHS * 3), name
-    # 2. The killed commit: one attempt, committed and published.
+    # 2. The killed commits: one attempt, committed and published, in every target.
     infos = Sink(f"{target}_kill", "tpc_it_celery_kill").describe()
     assert [(i.epoch, i.attempt, i.state, i.published) for i in infos] == [
         ("2026-11-05", 1, TxnState.COMMITTED, True)]
+    kill_group = _kill_group(target)
+    assert kill_group.stable_epochs() == {"2026-11-05": 1}
+    for sink in kill_group.sinks.values():
+        assert [(i.epoch, i.attempt, i.state, i.published) for i in sink.describe()] == [
+            ("2026-11-05", 1, TxnState.COMMITTED, True)]
     # 3. The retry: the failed try's attempt aborted and cleaned, the retry's published;
     # readers see the retry's rows once and nothing of the partial file.
     retry_sink = Sink(str(retry_target), "tpc_it_celery_retry")

@@ -59,8 +59,10 @@ with DAG("tpc_it_metrics", schedule=None, start_date=datetime(2026, 1, 1), catch
     begun = submit()
     wait = PrecommitSensor(task_id="wait_precommit", target=TARGET, namespace=NAMESPACE,
                            submit_task_id="submit", mode="poke", poke_interval=1, timeout=300)
+    # retries=0: the crash run needs its commit to stay failed (a retry would roll the
+    # decided epoch forward before the test's own rerun, which counts that roll-forward)
     commit = CommitOperator(task_id="commit", target=TARGET, namespace=NAMESPACE,
-                            sensor_task_id="wait_precommit")
+                            sensor_task_id="wait_precommit", retries=0)
     abort = AbortOperator(task_id="abort", target=TARGET, namespace=NAMESPACE,
                           submit_task_id="submit")
     begun >> wait >> commit
