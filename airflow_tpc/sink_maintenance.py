@@ -270,7 +270,14 @@ class SinkMaintenance(SinkFinish):
                     cleaned.append((epoch, attempt))
                 elif not keep:
                     if isinstance(decision, AbortDecision):
-                        self._remove_aborted(epoch, attempt, decision, best_effort=False)
+                        try:  # a group member's is kept unless its group decided abort
+                            if not self._remove_aborted(epoch, attempt, decision,
+                                                        best_effort=False):
+                                continue
+                        except LedgerError as exc:
+                            log.error("staging of %s/%s/%d kept: %s", self.namespace, epoch,
+                                      attempt, exc)
+                            continue
                         self._close(epoch, attempt, rec)
                     else:
                         self.layout.remove_staging(epoch, attempt)
