@@ -170,7 +170,7 @@ class SinkFinish(SinkClaim):
                 # Aborted earlier, perhaps by a try that died before removing staging.
                 # A higher commit won here: its staging can never be published.
                 if self._remove_aborted(epoch, other, odecision, best_effort=True,
-                                        displaced=True):
+                                        group_checked=True):
                     self._close(epoch, other, orec)
             elif self._clean_staging(epoch, other):
                 # A lower commit: its published files went with the swap/cleanup above;
@@ -327,14 +327,14 @@ class SinkFinish(SinkClaim):
                 + (f"; files {first})" if first else ")"))
 
     def _remove_aborted(self, epoch: str, attempt: int, decision: AbortDecision,
-                        best_effort: bool, displaced: bool = False) -> bool:
+                        best_effort: bool, group_checked: bool = False) -> bool:
         """Remove the staging of an attempt aborted earlier.  If it still holds a sealed
         manifest (an abort whose cleanup died, or a damaged ledger), say so: pre-committed
         data is never thrown away without a WARNING naming it.  A group member's is kept
         unless its group's ledger confirms the group did not decide commit
-        (:meth:`_kept_for_group`), or a higher commit of the epoch won here
-        (``displaced``); False when kept."""
-        if not displaced and self._kept_for_group(epoch, attempt):
+        (:meth:`_kept_for_group`; ``group_checked``: the caller settled that, or a
+        higher commit of the epoch won here); False when kept."""
+        if not group_checked and self._kept_for_group(epoch, attempt):
             return False
         sealed = self._discarded(epoch, attempt)  # "" when nothing sealed is left
         if sealed:

@@ -144,7 +144,7 @@ def test_a_member_copy_that_disagrees_switches_no_member_and_keeps_its_staging(l
     alone = Sink(events.target, NS)
     with pytest.raises(TpcError, match="but the group decided commit"):
         alone.recover()
-    alone.gc()
+    assert alone.gc(dry_run=True) == [] and alone.gc() == []  # kept, and said so
     with pytest.raises(LedgerError, match="but the group decided commit"):
         alone.abort(gtxn.member("events"))
     assert _everything(local) == before and os.path.isdir(staged)
