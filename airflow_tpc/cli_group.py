@@ -38,16 +38,20 @@ from .cli_group_status import (  # noqa: F401 - describe_group: the UI reads it 
     cmd_status,
     describe_group,
 )
-from .errors import InvalidState, LedgerError, NamespaceConflict, TpcError
+from .errors import InvalidState, LedgerError, TpcError
 from .group import Group, GroupAbort, GroupCommit
-from .group_records import GROUP_FORMAT, MEMBER_RE
+from .group_claim import (
+    GROUP_CLAIM,
+    check_member_names,
+    check_members,
+    check_namespace,
+    read_group_claim,
+)
+from .group_records import MEMBER_RE
 from .layout import TPC_DIR
-from .ledger import Ledger
 from .records import DECISION
 from .sink import Sink
 from .storage import open_storage
-
-GROUP_CLAIM = "group.json"
 
 
 # ------------------------------------------------------------------ arguments
@@ -90,25 +94,18 @@ def open_group(args: argparse.Namespace, options: dict[str, Any] | None, *,
                        "names")
     storage, root = open_storage(args.group, options)
     uri = storage.uri(root).rstrip("/")
-    path = storage.join(root, TPC_DIR, GROUP_CLAIM)
-    claim = Ledger.decode_at(storage, path, storage.read_bytes(path))
+    claim = read_group_claim(storage, root)
     if claim is None:
         _refuse_if_lost(args, options, uri, members, ledger_uris)
         raise TpcError(f"{uri} holds no airflow-tpc group (no {TPC_DIR}/{GROUP_CLAIM}; a "
                        "group's folder is claimed by its first begin)")
-    if claim.get("format") != GROUP_FORMAT or not isinstance(claim.get("namespace"), str) \
-            or not isinstance(claim.get("members"), dict):
-        raise LedgerError(f"{storage.uri(path)} is not a group claim (format "
-                          f"{claim.get('format')!r}); it was edited or damaged")
     namespace = claim["namespace"]
-    if args.namespace is not None and args.namespace != namespace:
-        raise NamespaceConflict(f"group {uri} belongs to namespace {namespace!r}, not "
-                                f"{args.namespace!r}: omit --namespace to use the group's own")
-    claimed = {str(n): str(t).rstrip("/") for n, t in claim["members"].items()}
-    if set(members) != set(claimed):
-        raise TpcError(f"group {uri} was created with members {_names(claimed)}; the "
-                       f"--member options name {', '.join(sorted(members))}: give each of "
-                       "its members, and only those (a group's members never change)")
+    if args.namespace is not None:
+        check_namespace(uri, claim, args.namespace, "omit --namespace to use the group's own")
+    claimed = claim["members"]
+    # The names before any member is opened (a table member opens its catalog); the
+    # targets once they are (a member's URI as its sink spells it).
+    check_member_names(uri, claimed, members, given_as="the --member options name")
     config = {"allow_foreign_namespace": True} \
         if read_only or getattr(args, "allow_foreign_namespace", False) else {}
     # The catalog options are pyiceberg's: for the Iceberg members (each its own catalog's
@@ -121,10 +118,9 @@ def open_group(args: argparse.Namespace, options: dict[str, Any] | None, *,
             if target.startswith("iceberg://") or (_is_table(target) and not iceberg) else None
         sinks[name] = open_sink(target, namespace, options, catalog, ledger_uris.get(name),
                                 **config)
-        if sinks[name].target.rstrip("/") != claimed[name]:
-            raise TpcError(f"member {name!r} of group {uri} is {claimed[name]}, not "
-                           f"{sinks[name].target} (--member {name}={target}): a group's "
-                           "members never change")
+    check_members(uri, claimed, {n: s.target for n, s in sinks.items()},
+                  given_as="the --member options name",
+                  spelled={n: f"--member {n}={t}" for n, t in members.items()})
     return Group(sinks, args.group, storage_options=options)
 
 

@@ -45,6 +45,15 @@ from .errors import (
     TransactionExpired,
 )
 from .faults import crashpoint
+from .group_claim import (
+    GROUP_CLAIM,
+    check_group_folder,
+    check_members,
+    check_namespace,
+    check_same_folders,
+    read_group_claim,
+    real_path,
+)
 from .group_finish import GroupFinish
 from .group_maintenance import GroupMaintenance
 from .group_records import (
@@ -63,7 +72,8 @@ from .group_records import (
 from .layout import TPC_DIR, check_attempt, check_epoch
 from .ledger import AttemptRecords, Ledger
 from .manifest import Manifest
-from .records import BEGIN, DECISION
+from .placement import group_claim_path
+from .records import BEGIN, DECISION, AbortDecision
 from .sink import Sink
 from .storage import open_storage
 from .transaction import Transaction
@@ -103,12 +113,18 @@ class Group(GroupFinish, GroupMaintenance):
         storage, root = open_storage(uri, storage_options)
         self.storage = storage
         self.uri = storage.uri(root).rstrip("/")
+        # One folder under two spellings (a link) would be two members sharing a ledger.
+        check_same_folders({n: (s.storage, s._root, s.target) for n, s in self.sinks.items()})
         targets = [s.target.rstrip("/") for s in self.sinks.values()]
         if len(set(targets)) != len(targets):
             raise TpcError("two members of a group name the same target")
-        for target in targets:
-            if self.uri == target or self.uri.startswith(target + "/") \
-                    or target.startswith(self.uri + "/"):
+        real_group = real_path(storage, root)
+        for sink in self.sinks.values():
+            target = sink.target.rstrip("/")
+            pairs = [(self.uri, target)]
+            if sink.storage.scheme == storage.scheme:  # as the store sees them (links)
+                pairs.append((real_group, real_path(sink.storage, sink._root)))
+            if any(a == b or a.startswith(b + "/") or b.startswith(a + "/") for a, b in pairs):
                 raise TpcError(f"the group's folder {self.uri} and the target {target} lie "
                                "inside one another; give the group a folder of its own")
         self.timeout_s = float(timeout_s if timeout_s is not None
@@ -120,24 +136,35 @@ class Group(GroupFinish, GroupMaintenance):
         return f"Group({self.uri!r}, members={sorted(self.sinks)})"
 
     # ------------------------------------------------------------------ claim
-    def _claim(self) -> None:
+    def _claim(self, create: bool = False) -> None:
         """``group.json``: a group's namespace and members never change (a new set of
-        targets is a new group), so every attempt's members are the same targets."""
+        targets is a new group), so every attempt's members are the same targets.  Every
+        verb that writes checks it first (once per Group), so that nothing is written
+        into a target that is not the member ``group.json`` names; ``create`` (begin)
+        writes it when absent, after checking where the folder lies."""
         if self._claimed:
             return
-        doc = {"format": GROUP_FORMAT, "version": 1, "namespace": self.namespace,
-               "members": {n: s.target for n, s in self.sinks.items()}}
-        path = self.storage.join(self.ledger.layout.root, TPC_DIR, "group.json")
-        if not self.storage.put_if_absent(path, Ledger.encode(doc)):
-            have = Ledger.decode_at(self.storage, path, self.storage.read_bytes(path)) or {}
-            if have.get("namespace") != doc["namespace"]:
-                raise NamespaceConflict(f"group {self.uri} belongs to namespace "
-                                        f"{have.get('namespace')!r}, not {self.namespace!r}")
-            if {n: str(t).rstrip("/") for n, t in (have.get("members") or {}).items()} != \
-                    {n: t.rstrip("/") for n, t in doc["members"].items()}:
-                raise TpcError(f"group {self.uri} was created with members "
-                               f"{have.get('members')}, not {doc['members']}: a group's "
-                               "members never change; give the new set its own group folder")
+        root = self.ledger.layout.root
+        members = {n: s.target.rstrip("/") for n, s in self.sinks.items()}
+        have = read_group_claim(self.storage, root)
+        if have is None and create:
+            check_group_folder(self.storage, root)
+            doc = {"format": GROUP_FORMAT, "version": 1, "namespace": self.namespace,
+                   "members": members}
+            if self.storage.put_if_absent(group_claim_path(self.storage, root),
+                                          Ledger.encode(doc)):
+                self._claimed = True
+                return
+            have = read_group_claim(self.storage, root)  # claimed meanwhile
+        if have is None:
+            if self.ledger.scan():
+                raise LedgerError(
+                    f"{self.uri} holds ledger records but no {TPC_DIR}/{GROUP_CLAIM}: it is "
+                    "not a group's folder (a target's?) or its claim was lost. Nothing was "
+                    "changed.")
+            return  # a group never begun: nothing of its own to check or finish
+        check_namespace(self.uri, have, self.namespace)
+        check_members(self.uri, have["members"], members)
         self._claimed = True
 
     # ------------------------------------------------------------------ begin
@@ -145,7 +172,7 @@ class Group(GroupFinish, GroupMaintenance):
         """A new group attempt: the group's record first, then each member's begin with
         the same number (above every attempt any member or the group has seen)."""
         check_epoch(epoch)
-        self._claim()
+        self._claim(create=True)
         owner = {"host": socket.gethostname(), "pid": os.getpid(), **(owner or {})}
         attempt = max([max(self.ledger.scan(epoch).get(epoch, {}), default=0)]
                       + [s._prepare_begin(epoch) for s in self.sinks.values()]) + 1
@@ -236,6 +263,7 @@ class Group(GroupFinish, GroupMaintenance):
     def precommit(self, gtxn: GroupTransaction) -> dict[str, Manifest]:
         """Seal every member (each as a single target seals: schema, staging, links).
         Nothing is decided: a member that fails leaves the group undecided."""
+        self._claim()
         self._check_own(gtxn)
         attempts = self.ledger.scan(gtxn.epoch).get(gtxn.epoch, {})
         self._fence(gtxn, attempts, "pre-commit")
@@ -249,6 +277,7 @@ class Group(GroupFinish, GroupMaintenance):
                force: bool = False) -> GroupCommitResult:
         """Check every member, write the one decision, then switch every member.  Safe
         to call again: a decided group is rolled forward, never decided twice."""
+        self._claim()
         self._check_own(gtxn)
         epoch, attempt = gtxn.epoch, gtxn.attempt
         attempts = self.ledger.scan(epoch).get(epoch, {})
@@ -291,6 +320,13 @@ class Group(GroupFinish, GroupMaintenance):
         for name, sink in self.sinks.items():
             txn = gtxn.member(name)
             member_attempts = sink.ledger.scan(txn.epoch).get(txn.epoch, {})
+            mine = member_attempts.get(txn.attempt)
+            if mine is not None and DECISION in mine.kinds and isinstance(
+                    sink._decision(txn.epoch, txn.attempt, mine), AbortDecision):
+                raise InvalidState(  # hand-written, or by an older build: never overruled
+                    f"cannot commit group {gtxn.txn_id}: member {name!r} ({sink.target}) "
+                    "already holds an abort decision of its own for this attempt; nothing "
+                    "was decided. Abort the group and run the epoch again.")
             manifest, mdecision = sink._validate_commit(txn, member_attempts,
                                                         expected.get(name), force)
             docs[name] = {**mdecision.to_doc(manifest),
@@ -317,6 +353,7 @@ class Group(GroupFinish, GroupMaintenance):
         if gtxn.group.rstrip("/") != self.uri:
             raise TpcError(f"{gtxn.txn_id} is a transaction of group {gtxn.group}, not "
                            f"{self.uri}")
+        self._claim()
         epoch, attempt = gtxn.epoch, gtxn.attempt
         if not isinstance(self.ledger.read(epoch, attempt, BEGIN), GroupTransaction):
             raise InvalidState(f"group {self.uri}: no transaction {gtxn.txn_id}")

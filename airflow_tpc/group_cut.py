@@ -25,11 +25,10 @@ from .errors import TpcError
 from .group_records import GROUP_FORMAT, GroupCommit, GroupLedger, GroupTransaction
 from .layout import TPC_DIR, epoch_sort_key
 from .ledger import AttemptRecords, Ledger
+from .placement import GROUP_CLAIM
 from .records import BEGIN, DECISION, PUBLISHED, Begin
 from .sink import Sink
 from .storage import open_storage
-
-GROUP_CLAIM = "group.json"
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import LedgerError, TpcError
+from .errors import LedgerError
 from .faults import crashpoint
 from .group_records import GroupAbort, GroupCommit, GroupLedger
 from .ledger import AttemptRecords
@@ -40,11 +40,7 @@ class GroupFinish:
                 known: Mapping[str, Manifest] | None = None) -> dict[str, int | None]:
         """Roll a decided group commit forward on every member, then record that every
         member switched (``published.json``: the epoch is stable for readers)."""
-        missing = set(decision.members) - set(self.sinks)
-        if missing:
-            raise TpcError(f"group {self.uri} epoch {epoch} attempt {attempt} was decided for "
-                           f"members {sorted(decision.members)}; this Group lacks "
-                           f"{sorted(missing)}")
+        self._check_before_switch(epoch, attempt, decision)
         if PUBLISHED not in rec.kinds:
             self._switch_tables_at_once(epoch, attempt, decision, known or {})
         published = {}
@@ -59,6 +55,40 @@ class GroupFinish:
                 "published_at": time.time(), "txn_id": f"{self.namespace}/{epoch}/{attempt}"})
             rec.kinds.add(PUBLISHED)
         return published
+
+    def _check_before_switch(self, epoch: str, attempt: int, decision: GroupCommit) -> None:
+        """Before any member is switched: the decision names exactly the group's members
+        (``group.json``, which every verb checked this Group against), and every member's
+        own copy of it, where one is written, is that copy.  Found only at that member,
+        a disagreement would leave the members before it switched: a mixed cut.  One
+        read per member; nothing is written."""
+        where = self.ledger.storage.uri(self.ledger.layout.record(epoch, attempt, DECISION))
+        decided, members = set(decision.members), set(self.sinks)
+        if decided != members:
+            diff = "; ".join(part for part in (
+                f"missing {', '.join(sorted(members - decided))}" if members - decided else "",
+                f"not members: {', '.join(sorted(decided - members))}"
+                if decided - members else "") if part)
+            raise LedgerError(
+                f"group decision {where} commits members {', '.join(sorted(decided))}, but "
+                f"the group's members (its group.json) are {', '.join(sorted(members))} "
+                f"({diff}); the record was edited or damaged. Nothing was switched on any "
+                "member: restore the original record and run group recover.")
+        for name in sorted(decided):
+            sink, digest = self.sinks[name], decision.members[name].get("manifest_digest")
+            copy = sink.ledger.read(epoch, attempt, DECISION)
+            if copy is None or (isinstance(copy, CommitDecision)
+                                and copy.manifest_digest == digest):
+                continue
+            raise LedgerError(
+                f"member {name!r} of group {self.uri} holds its own decision "
+                f"{sink.storage.uri(sink.layout.record(epoch, attempt, DECISION))}: "
+                f"{state_of_decision(copy)}"
+                + (f" of manifest {copy.manifest_digest}" if isinstance(copy, CommitDecision)
+                   else "") + f", but its group decided commit of manifest "
+                f"{digest} ({where}); it was written by hand or by an older build. Nothing "
+                "was switched on any member and its staging is kept: remove that member's "
+                "record (the group's decision is the commit point) and run group recover.")
 
     def _switch_tables_at_once(self, epoch: str, attempt: int, decision: GroupCommit,
                                known: Mapping[str, Manifest]) -> None:

@@ -44,12 +44,20 @@ class GroupMaintenance:
     def _finish(self, epoch: str, attempt: int, rec: AttemptRecords) -> None:
         raise NotImplementedError
 
+    def _claim(self, create: bool = False) -> None:
+        raise NotImplementedError
+
     # ---------------------------------------------------------------- recover
     def recover(self, *, abort_undecided: bool = False, now: float | None = None,
                 ignore_failures_after_timeout: bool = False) -> GroupRecoveryReport:
         """Finish every decided group attempt on every member; abort the undecided ones
         that are superseded, expired, or (``abort_undecided``) all of them; then each
-        member's own recover (its other epochs, staging left behind)."""
+        member's own recover (its other epochs, staging left behind).
+
+        First of all, the members are checked against ``group.json`` (names and
+        targets): a Group given a subset of them, or another target under a member's
+        name, is refused before anything is written."""
+        self._claim()
         now = time.time() if now is None else now
         report = GroupRecoveryReport()
         scan = self.ledger.scan()
@@ -80,7 +88,9 @@ class GroupMaintenance:
                               epoch, attempt, exc)
                     report.errors.append((epoch, attempt, str(exc)))
         if scan:  # nothing to index: never recreate a lost group folder (group_orphans)
-            self.ledger.sync_pending(scan, self.ledger.pending())
+            # Epochs left with an error are left exactly as they are (pending index too).
+            self.ledger.sync_pending(scan, self.ledger.pending(),
+                                     skip={str(e) for e, _, _ in report.errors})
         for name, sink in self.sinks.items():
             try:
                 sink.recover(now=now, ignore_failures_after_timeout=ignore_failures_after_timeout)

@@ -21,6 +21,7 @@ from .errors import GroupMemberError, InvalidState, LedgerError, ManifestError, 
 from .faults import crashpoint
 from .ledger import AttemptRecords, epoch_sort_key
 from .manifest import MANIFEST_NAME, Manifest
+from .member_guard import kept_for_group
 from .records import (
     ABANDONED,
     BEGIN,
@@ -167,7 +168,9 @@ class SinkFinish(SinkClaim):
                                 best_effort=True)
             elif isinstance(odecision, AbortDecision):
                 # Aborted earlier, perhaps by a try that died before removing staging.
-                if self._remove_aborted(epoch, other, odecision, best_effort=True):
+                # A higher commit won here: its staging can never be published.
+                if self._remove_aborted(epoch, other, odecision, best_effort=True,
+                                        group_checked=True):
                     self._close(epoch, other, orec)
             elif self._clean_staging(epoch, other):
                 # A lower commit: its published files went with the swap/cleanup above;
@@ -268,6 +271,13 @@ class SinkFinish(SinkClaim):
                 f"abort refused for {self.namespace}/{epoch}/{attempt}: it is member "
                 f"{begin.group['member']!r} of group transaction {begin.group['uri']}, "
                 "decided only with its group: abort the group (airflow_tpc.group.Group.abort)")
+        if isinstance(begin, Begin) and begin.group is not None and not by_group \
+                and isinstance(self.ledger.read(epoch, attempt, DECISION), AbortDecision) \
+                and self._kept_for_group(epoch, attempt):
+            raise GroupMemberError(
+                f"abort refused for {self.namespace}/{epoch}/{attempt}: it is member "
+                f"{begin.group['member']!r} of group transaction {begin.group['uri']}, whose "
+                "ledger does not confirm its abort from here: abort or recover the group")
         doc = AbortDecision(reason, expired, time.time()).to_doc(
             begin.namespace if isinstance(begin, Begin) else self.namespace, self.target,
             epoch, attempt)
@@ -317,10 +327,15 @@ class SinkFinish(SinkClaim):
                 + (f"; files {first})" if first else ")"))
 
     def _remove_aborted(self, epoch: str, attempt: int, decision: AbortDecision,
-                        best_effort: bool) -> bool:
+                        best_effort: bool, group_checked: bool = False) -> bool:
         """Remove the staging of an attempt aborted earlier.  If it still holds a sealed
         manifest (an abort whose cleanup died, or a damaged ledger), say so: pre-committed
-        data is never thrown away without a WARNING naming it."""
+        data is never thrown away without a WARNING naming it.  A group member's is kept
+        unless its group's ledger confirms the group did not decide commit
+        (:meth:`_kept_for_group`; ``group_checked``: the caller settled that, or a
+        higher commit of the epoch won here); False when kept."""
+        if not group_checked and self._kept_for_group(epoch, attempt):
+            return False
         sealed = self._discarded(epoch, attempt)  # "" when nothing sealed is left
         if sealed:
             log.warning("DISCARDING %s/%s/%d, PRE-COMMITTED %s: it was aborted earlier "
@@ -330,6 +345,11 @@ class SinkFinish(SinkClaim):
             return self._clean_staging(epoch, attempt)
         self.layout.remove_staging(epoch, attempt)
         return True
+
+    def _kept_for_group(self, epoch: str, attempt: int) -> bool:
+        """:func:`~airflow_tpc.member_guard.kept_for_group`: never remove the staging of
+        a group member whose group decided commit."""
+        return kept_for_group(self, epoch, attempt)
 
     def _clean_staging(self, epoch: str, attempt: int) -> bool:
         """Remove a displaced attempt's staging; a failure is logged, not raised.

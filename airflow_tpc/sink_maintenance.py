@@ -281,11 +281,19 @@ class SinkMaintenance(SinkFinish):
                               "but the published marker names no attempt at or above it",
                               self.namespace, epoch, attempt)
                     keep = True
+                if not keep and isinstance(decision, AbortDecision):
+                    try:  # a group member's is kept unless its group decided abort
+                        keep = self._kept_for_group(epoch, attempt)
+                    except LedgerError as exc:
+                        log.error("staging of %s/%s/%d kept: %s", self.namespace, epoch,
+                                  attempt, exc)
+                        keep = True
                 if not keep and dry_run:
                     cleaned.append((epoch, attempt))
                 elif not keep:
                     if isinstance(decision, AbortDecision):
-                        self._remove_aborted(epoch, attempt, decision, best_effort=False)
+                        self._remove_aborted(epoch, attempt, decision, best_effort=False,
+                                             group_checked=True)
                         self._close(epoch, attempt, rec)
                     else:
                         self.layout.remove_staging(epoch, attempt)
