@@ -21,6 +21,7 @@ from .records import (
     DECISION,
     PUBLISHED,
     SUPERSEDED,
+    VALIDATED,
     AbortDecision,
     Begin,
     CommitDecision,
@@ -90,7 +91,7 @@ class SinkQueries(SinkFinish):
             state=derive_state(rec.kinds, decision, sealed=manifest is not None),
             highest_attempt=max(attempts, default=txn.attempt),
             reason=decision.reason if isinstance(decision, AbortDecision) else None,
-            manifest=manifest)
+            manifest=manifest, validated=VALIDATED in rec.kinds)
 
     def is_published(self, txn: Transaction) -> bool:
         """Whether the attempt's promotion finished (``published.json``): one listing of
