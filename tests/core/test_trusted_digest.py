@@ -219,3 +219,49 @@ def test_a_precommit_refuses_what_a_reader_would_refuse_before_sealing(tmp_path)
         sink.precommit(txn, checksums={"a.parquet": "crc32:not one"})
     assert sink.read_manifest(txn) is None
     assert VALIDATED not in sink.ledger.scan("1")["1"][txn.attempt].kinds
+
+
+# ------------------------------------------------------------------ group members
+def _group(tmp_path):
+    from airflow_tpc.group import Group
+
+    sinks = {n: Sink(str(tmp_path / n), "trust") for n in ("events", "daily")}
+    group = Group(sinks, str(tmp_path / "_tpc_groups" / "etl"))
+    gtxn = group.begin("1")
+    for name, sink in sinks.items():
+        for rel, data in FILES.items():
+            sink.storage.put(sink.storage.join(sink.layout.staging(
+                "1", gtxn.member(name).attempt), rel), data + name.encode())
+    return group, gtxn, group.precommit(gtxn)
+
+
+def _group_tree(tmp_path) -> dict:
+    from .helpers import local_tree
+
+    return local_tree(str(tmp_path))
+
+
+def test_group_members_take_the_shortcut_for_recorded_digests(tmp_path, decodes):
+    group, gtxn, manifests = _group(tmp_path)
+    for name, sink in group.sinks.items():
+        record = sink.ledger.read("1", gtxn.member(name).attempt, VALIDATED)
+        assert record.manifest_digest == manifests[name].digest and record.by == "precommit"
+    del decodes[:]
+    result = group.commit(gtxn, expected_digests={n: m.digest for n, m in manifests.items()})
+    assert result.outcome == "committed" and decodes == []
+
+
+@pytest.mark.parametrize("kind", ["escapes staging", "negative size", "unknown key"])
+def test_a_group_member_rewritten_after_precommit_is_refused(tmp_path, kind):
+    """Members commit through the same checks: one rewritten member manifest refuses
+    the group's commit before its decision, and nothing of any member or of the group
+    folder changes."""
+    group, gtxn, manifests = _group(tmp_path)
+    sink = group.sinks["daily"]
+    change, match = REWRITES[kind]
+    digests = {n: m.digest for n, m in manifests.items()}
+    digests["daily"] = rewrite(sink, gtxn.member("daily"), manifests["daily"], change)
+    before = _group_tree(tmp_path)
+    with pytest.raises(ManifestError, match=match):
+        group.commit(gtxn, expected_digests=digests)
+    assert _group_tree(tmp_path) == before
