@@ -305,9 +305,11 @@ class Sink(SinkMaintenance, SinkQueries):
         # The manifest is read and hashed on a thread (I/O and sha256, off the GIL) while
         # this one walks staging, which the shortcut compares with it (PROTOCOL §3.3).
         # Its entries go undecoded only for a digest a full validation recorded (§3.4.11).
+        # That record is read beside the manifest (one round trip on S3, not two).
         rec = attempts.get(txn.attempt)
-        read = in_background(lambda: self.read_manifest(txn, trusted=trusted_digest(
-            self.ledger, txn.epoch, txn.attempt, rec, expected_digest)))
+        trust = in_background(lambda: trusted_digest(self.ledger, txn.epoch, txn.attempt, rec,
+                                                     expected_digest))
+        read = in_background(lambda: self.read_manifest(txn, trusted=trust))
         staging = self.layout.check_staging(txn.epoch, txn.attempt)
         walked = self.storage.status_digest(staging, SEAL_NAMES) \
             if self.config.verify != "checksum" else None
