@@ -82,6 +82,7 @@ from .records import (
     FINISHED_KINDS,
     PUBLISHED,
     SUPERSEDED,
+    VALIDATED,
     Record,
     needs_finishing,
     parse_record,
@@ -94,8 +95,8 @@ from .storage.ahead import ahead_pool
 __all__ = [
     "ABANDONED", "ATTEMPT_DIR_RE", "BEGIN", "CLOSED", "DECISION", "EPOCH_RE", "FINISHED_KINDS",
     "MAX_DECISION_BYTES", "MAX_RECORD_BYTES", "PENDING_ENTRY_RE", "PENDING_INDEX", "PUBLISHED",
-    "PUBLISHED_MARKER", "SUPERSEDED", "TPC_DIR", "WRITER_FIELD", "AttemptRecords", "Layout",
-    "Ledger", "Record", "attempt_name", "check_attempt", "check_epoch", "claim_path",
+    "PUBLISHED_MARKER", "SUPERSEDED", "TPC_DIR", "VALIDATED", "WRITER_FIELD", "AttemptRecords",
+    "Layout", "Ledger", "Record", "attempt_name", "check_attempt", "check_epoch", "claim_path",
     "epoch_sort_key", "legacy_staging_root", "needs_finishing", "parse_record",
     "staging_root_problem", "with_writer",
 ]

@@ -277,7 +277,10 @@ _CHECKSUM_OK = _CHECKSUM_RE.fullmatch
 def _entry(raw: Any, where: str) -> FileEntry:
     if not isinstance(raw, dict) or not raw.keys() <= _ENTRY_KEYS:
         raise ManifestError(f"{where} has a malformed file entry {str(raw)[:80]!r}")
-    path = check_relative_path(raw.get("path"))
+    try:
+        path = check_relative_path(raw.get("path"))
+    except ManifestError as exc:  # say which manifest: the path alone does not
+        raise ManifestError(f"{where}: {exc}") from None
     size = raw.get("size")
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise ManifestError(f"{where}: {path!r} has an invalid size {size!r}")

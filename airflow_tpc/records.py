@@ -19,6 +19,7 @@ Decision records come in two versions, both read:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,12 @@ from .transaction import PROMOTION_MODES, VERIFY_MODES, Transaction, TxnState
 
 BEGIN, DECISION, PUBLISHED, ABANDONED, SUPERSEDED, CLOSED = (
     "begin", "decision", "published", "abandoned", "superseded", "closed")
+#: ``validated.json``: a full validation accepted the attempt's manifest of this digest,
+#: so a commit holding exactly that digest may skip decoding its entries (PROTOCOL §3.4.11).
+VALIDATED = "validated"
+#: Who may write ``validated.json``: the pre-commit that sealed the manifest, or the
+#: sensor that read and checked it.
+VALIDATORS = ("precommit", "sensor")
 #: Records after which an attempt needs nothing more: roll-forward skips it
 #: without reading its decision (``closed``: an abort whose staging is gone).
 FINISHED_KINDS = frozenset({PUBLISHED, SUPERSEDED, ABANDONED, CLOSED})
@@ -37,6 +44,8 @@ FINISHED_KINDS = frozenset({PUBLISHED, SUPERSEDED, ABANDONED, CLOSED})
 DISPLACED_DONE_KINDS = frozenset({SUPERSEDED, ABANDONED, CLOSED})
 DECISION_FORMAT = "airflow-tpc-decision"
 DECISION_VERSION = 2
+VALIDATED_FORMAT = "airflow-tpc-validated"
+DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -136,7 +145,28 @@ class Fact:
         return self.doc.get("by")
 
 
-Record = Begin | CommitDecision | AbortDecision | Fact
+@dataclass(frozen=True)
+class Validated:
+    """``validated.json``: the manifest of digest ``manifest_digest`` passed a full
+    validation (:meth:`Manifest.parse` of its bytes, entries and all, and the transaction
+    check) by ``by``.  Written once; it is what lets a commit trust a digest."""
+
+    manifest_digest: str
+    validated_at: float
+    by: str
+
+    @staticmethod
+    def to_doc(manifest: Manifest, *, by: str, validated_at: float) -> dict[str, Any]:
+        """Names its transaction and staging, so a copy in another attempt's folder is
+        refused like any record (§3.1)."""
+        return {"format": VALIDATED_FORMAT, "version": 1,
+                "txn": {"namespace": manifest.namespace, "target": manifest.target,
+                        "epoch": manifest.epoch, "attempt": manifest.attempt},
+                "txn_id": manifest.txn_id, "staging": manifest.staging,
+                "manifest_digest": manifest.digest, "validated_at": validated_at, "by": by}
+
+
+Record = Begin | CommitDecision | AbortDecision | Fact | Validated
 
 
 def _number(value: Any) -> bool:
@@ -208,7 +238,31 @@ def parse_record(kind: str, doc: dict[str, Any], *, epoch: str, attempt: int, ta
             raise bad(f"says a lower or no attempt ({doc.get('by')!r}) superseded attempt "
                       f"{attempt}")
         return Fact(kind, doc)
+    if kind == VALIDATED:
+        return _validated(doc, bad, same_txn, staging_uri, f"/{epoch}/{attempt}")
     raise bad(f"is of an unknown kind {kind!r}")
+
+
+def _validated(doc: dict[str, Any], bad: Any, same_txn: Any, staging_uri: str,
+               expected_id: str) -> Validated:
+    """``validated.json``, checked as strictly as a decision: it decides whether a commit
+    decodes the manifest, so one that names another attempt, staging or a malformed digest
+    is a damaged ledger, never a reason to trust."""
+    if doc.get("format") != VALIDATED_FORMAT or doc.get("version") != 1:
+        raise bad(f"has an unknown format/version {doc.get('format')!r}/{doc.get('version')!r}")
+    same_txn(doc.get("txn"), "validates")
+    if doc.get("staging") != staging_uri:
+        raise bad(f"validates files staged at {doc.get('staging')!r}, not at this attempt's "
+                  f"staging {staging_uri!r}")
+    if doc.get("txn_id") != doc["txn"]["namespace"] + expected_id:
+        raise bad(f"has txn_id {doc.get('txn_id')!r}, not "
+                  f"{doc['txn']['namespace'] + expected_id!r}")
+    digest = doc.get("manifest_digest")
+    if not isinstance(digest, str) or not DIGEST_RE.fullmatch(digest):
+        raise bad(f"names no manifest digest ({digest!r})")
+    if doc.get("by") not in VALIDATORS or not _number(doc.get("validated_at")):
+        raise bad(f"has no valid by/validated_at ({doc.get('by')!r})")
+    return Validated(digest, float(doc["validated_at"]), doc["by"])
 
 
 def _commit_decision(doc: dict[str, Any], bad: Any, same_txn: Any, staging_uri: str,

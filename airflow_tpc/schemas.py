@@ -39,7 +39,14 @@ from .group_records import (
 )
 from .manifest import FORMAT as MANIFEST_FORMAT
 from .manifest import VERSION as MANIFEST_VERSION
-from .records import DECISION_FORMAT, DECISION_VERSION, Begin
+from .records import (
+    DECISION_FORMAT,
+    DECISION_VERSION,
+    VALIDATED_FORMAT,
+    VALIDATORS,
+    Begin,
+    Validated,
+)
 from .schema_parts import (
     DIALECT,
     DIGEST_PATTERN,
@@ -66,7 +73,7 @@ __all__ = [
     "DIALECT", "ID_BASE", "all_schemas", "begin_schema", "decision_schema", "fact_schemas",
     "fingerprints_schema", "group_begin_schema", "group_claim_schema", "group_decision_schema",
     "main", "manifest_schema", "marker_schema", "openlineage_facet_schema",
-    "pending_index_schema", "render", "sink_claim_schema", "write",
+    "pending_index_schema", "render", "sink_claim_schema", "validated_schema", "write",
 ]
 
 
@@ -165,6 +172,23 @@ def fact_schemas() -> dict[str, dict[str, Any]]:
             "An abort was carried out: the attempt's staging is gone.",
             _object({"closed_at": {"type": "number"}, "writer": WRITER}, ["closed_at"])),
     }
+
+
+def validated_schema() -> dict[str, Any]:
+    """validated.json: the fields of :class:`~airflow_tpc.records.Validated`, plus the
+    transaction and staging it names (checked against its folder, PROTOCOL §3.4.11)."""
+    props, required = record_properties(Validated)
+    props["manifest_digest"] = {**props["manifest_digest"], "pattern": DIGEST_PATTERN}
+    props["by"] = {"enum": list(VALIDATORS)}
+    return _document(
+        "validated", "airflow-tpc ledger record validated.json",
+        "A full validation (every file entry decoded and checked) accepted the attempt's "
+        "manifest of digest `manifest_digest`; a commit holding exactly that digest may "
+        "skip decoding the entries again. Written once, by the pre-commit or the sensor.",
+        _object({**_const_format(VALIDATED_FORMAT, 1), "txn": _txn_ref(),
+                 "txn_id": {"type": "string", "minLength": 1},
+                 "staging": {"type": "string", "minLength": 1}, **props, "writer": WRITER},
+                ["format", "version", "txn", "txn_id", "staging", *required]))
 
 
 def group_claim_schema() -> dict[str, Any]:
@@ -294,7 +318,7 @@ def openlineage_facet_schema() -> dict[str, Any]:
 def all_schemas() -> dict[str, dict[str, Any]]:
     """File stem -> schema, for every document airflow-tpc writes."""
     return {"manifest": manifest_schema(), "begin": begin_schema(),
-            "decision": decision_schema(), **fact_schemas(),
+            "decision": decision_schema(), **fact_schemas(), "validated": validated_schema(),
             "fingerprints": fingerprints_schema(),
             "published-marker": marker_schema(), "sink": sink_claim_schema(),
             "pending-index": pending_index_schema(),

@@ -45,9 +45,10 @@ from .faults import crashpoint
 from .ledger import AttemptRecords, check_epoch
 from .manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, FileEntry, Manifest, ManifestSummary
 from .placement import check_name
-from .records import BEGIN, DECISION, Begin, CommitDecision, Decision, derive_state
+from .records import BEGIN, DECISION, VALIDATED, Begin, CommitDecision, Decision, derive_state
 from .sink_maintenance import Progress, SinkMaintenance
 from .sink_queries import SinkQueries
+from .sink_trust import record_validated, trusted_digest
 from .staging import (
     FINGERPRINTS_NAME,
     SEAL_NAMES,
@@ -168,9 +169,11 @@ class Sink(SinkMaintenance, SinkQueries):
         staging = self.layout.check_staging(txn.epoch, txn.attempt)
         listing = self.storage.list(staging) if listing is None else listing
         staged = list_staged(self.storage, staging, listing)
-        existing = self.read_manifest(txn)
+        existing = self.read_manifest(txn)  # decoded and checked in full
         if existing is not None:
             if {f.path: f.size for f in existing.files} == {k: v.size for k, v in staged.items()}:
+                if VALIDATED not in attempts.get(txn.attempt, AttemptRecords()).kinds:
+                    record_validated(self.ledger, existing, "precommit")  # a crash lost it
                 return existing
             raise ManifestError(f"{txn.txn_id} is already pre-committed with different files; "
                                 "a sealed attempt never changes — begin a new attempt")
@@ -195,6 +198,9 @@ class Sink(SinkMaintenance, SinkQueries):
                                 f"manifest would be {len(data)} bytes, above the "
                                 f"{MAX_MANIFEST_BYTES} byte cap; write fewer, larger files "
                                 "(e.g. coalesce or repartition before writing)")
+        # The very bytes sealed, validated as a reader would (a caller's checksum or row
+        # count included): validated.json below vouches for exactly these.
+        Manifest.parse(data, where=f"manifest of {txn.txn_id}")
         seal = self.layout.sealed(txn.epoch, txn.attempt)
         if prints:
             self.storage.put(self.storage.join(seal, FINGERPRINTS_NAME), prints)
@@ -202,6 +208,8 @@ class Sink(SinkMaintenance, SinkQueries):
             self.storage.put(self.storage.join(seal, TABLE_STATS_NAME), stats)
         crashpoint("precommit.before_manifest")
         self.storage.put(self.storage.join(seal, MANIFEST_NAME), data)
+        crashpoint("precommit.before_validated")
+        record_validated(self.ledger, manifest, "precommit")  # after the seal: §3.4.11
         log.info("pre-committed %s: %d files, %d bytes, digest %s", txn.txn_id,
                  manifest.total_files, manifest.total_bytes, manifest.digest)
         return manifest
@@ -296,7 +304,12 @@ class Sink(SinkMaintenance, SinkQueries):
         self._warn_age(txn)
         # The manifest is read and hashed on a thread (I/O and sha256, off the GIL) while
         # this one walks staging, which the shortcut compares with it (PROTOCOL §3.3).
-        read = in_background(lambda: self.read_manifest(txn, trusted=expected_digest))
+        # Its entries go undecoded only for a digest a full validation recorded (§3.4.11).
+        # That record is read beside the manifest (one round trip on S3, not two).
+        rec = attempts.get(txn.attempt)
+        trust = in_background(lambda: trusted_digest(self.ledger, txn.epoch, txn.attempt, rec,
+                                                     expected_digest))
+        read = in_background(lambda: self.read_manifest(txn, trusted=trust))
         staging = self.layout.check_staging(txn.epoch, txn.attempt)
         walked = self.storage.status_digest(staging, SEAL_NAMES) \
             if self.config.verify != "checksum" else None

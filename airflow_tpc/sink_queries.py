@@ -10,6 +10,7 @@ the protocol reads them (:class:`~airflow_tpc.sink_finish.SinkFinish`).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from . import promote as _promote
@@ -22,6 +23,7 @@ from .records import (
     DECISION,
     PUBLISHED,
     SUPERSEDED,
+    VALIDATED,
     AbortDecision,
     Begin,
     CommitDecision,
@@ -58,13 +60,17 @@ class SinkQueries(SinkFinish):
         return self.storage.uri(self.storage.join(self.layout.sealed(txn.epoch, txn.attempt),
                                                   MANIFEST_NAME))
 
-    def read_manifest(self, txn: Transaction, trusted: str | None = None) -> Manifest | None:
+    def read_manifest(self, txn: Transaction,
+                      trusted: str | Callable[[], str | None] | None = None) -> Manifest | None:
         """The attempt's pre-commit manifest, validated; None if not pre-committed yet.
-        ``trusted``: the digest of it the caller validated before (:meth:`Manifest.parse`)."""
+        ``trusted``: the digest of it a full validation accepted (:meth:`Manifest.parse`,
+        PROTOCOL §3.4.11), or a function answering it once the bytes are read."""
         seal = self.layout.sealed(txn.epoch, txn.attempt)
         data = self.storage.read_bytes(self.storage.join(seal, MANIFEST_NAME))
         if data is None:
             return None
+        if callable(trusted):
+            trusted = trusted()
         manifest = Manifest.parse(data, where=f"manifest of {txn.txn_id}", trusted=trusted)
         manifest.check_transaction(namespace=txn.namespace, target=txn.target, epoch=txn.epoch,
                                    attempt=txn.attempt, staging=txn.staging_uri)
@@ -91,7 +97,7 @@ class SinkQueries(SinkFinish):
             state=derive_state(rec.kinds, decision, sealed=manifest is not None),
             highest_attempt=max(attempts, default=txn.attempt),
             reason=decision.reason if isinstance(decision, AbortDecision) else None,
-            manifest=manifest)
+            manifest=manifest, validated=VALIDATED in rec.kinds)
 
     def is_published(self, txn: Transaction) -> bool:
         """Whether the attempt's promotion finished (``published.json``): one listing of

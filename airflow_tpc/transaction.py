@@ -160,6 +160,9 @@ class AttemptStatus:
     highest_attempt: int
     reason: str | None
     manifest: Manifest | None
+    #: Whether the attempt's ledger lists ``validated.json`` (PROTOCOL §3.4.11): a sensor
+    #: that validated ``manifest`` records it only when not.
+    validated: bool = False
 
 
 @dataclass(frozen=True)

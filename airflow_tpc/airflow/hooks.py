@@ -58,6 +58,7 @@ from airflow_tpc.airflow.metrics import (
     ROLL_FORWARDS,
 )
 from airflow_tpc.errors import FencedError, TransactionExpired
+from airflow_tpc.sink_trust import record_validated
 
 if TYPE_CHECKING:
     from airflow.sdk.definitions.connection import Connection
@@ -250,6 +251,8 @@ class TpcHook(TpcBaseHook):
             except ManifestError as exc:
                 return PrecommitCheck("failed", f"{txn.txn_id} cannot go into the table: {exc}",
                                       txn)
+            if not status.validated:  # poll decoded and checked it in full: say so once
+                record_validated(sink.ledger, manifest, "sensor")
             return PrecommitCheck("ready", f"{txn.txn_id} pre-committed: {manifest.total_files} "
                                            f"files, digest {manifest.digest}", txn, manifest)
         if txn.expired():
