@@ -91,7 +91,8 @@ class TableCommit(Strategy):
         staged = Staged(manifest,
                         [storage.uri(storage.join(staging, f.path)) for f in manifest.files],
                         read_sealed_stats(storage, layout.sealed(manifest.epoch,
-                                                                 manifest.attempt), manifest))
+                                                                 manifest.attempt), manifest),
+                        footers=self.target.take_footers(manifest.txn_id))
         lost_race = self._lost_race()
         for _ in range(COMMIT_RETRIES):
             table = self.target.take_table(manifest.txn_id)
