@@ -48,13 +48,16 @@ def footer_bytes(md: Any) -> bytes:
     return bytes(out.getvalue().to_pybytes())
 
 
-def _canonical(doc: dict[str, Any]) -> bytes:
+def canonical(doc: dict[str, Any]) -> bytes:
+    """A sidecar's bytes: sorted keys, no spaces (its ``seal`` is computed on them)."""
     return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
 
-def _seal(doc: dict[str, Any]) -> str:
+def seal_of(doc: dict[str, Any]) -> str:
+    """The ``seal`` of a sidecar written after its manifest (which cannot name its
+    sha256): the sha256 of the rest of it, so an edited or torn copy is not its own."""
     rest = {k: v for k, v in doc.items() if k != "seal"}
-    return "sha256:" + hashlib.sha256(_canonical(rest)).hexdigest()
+    return "sha256:" + hashlib.sha256(canonical(rest)).hexdigest()
 
 
 def footers_doc(manifest_digest: str, files: dict[str, tuple[int, bytes]]) -> bytes:
@@ -65,8 +68,8 @@ def footers_doc(manifest_digest: str, files: dict[str, tuple[int, bytes]]) -> by
         "format": FOOTERS_FORMAT, "version": FOOTERS_VERSION, "manifest": manifest_digest,
         "files": {rel: {"size": size, "footer": base64.b64encode(raw).decode()}
                   for rel, (size, raw) in sorted(files.items())}}
-    doc["seal"] = _seal(doc)
-    return _canonical(doc)
+    doc["seal"] = seal_of(doc)
+    return canonical(doc)
 
 
 def sealed_footers(raw: bytes | None, manifest: Manifest) -> dict[str, Any]:
@@ -81,7 +84,7 @@ def sealed_footers(raw: bytes | None, manifest: Manifest) -> dict[str, Any]:
     try:
         doc = json.loads(raw)
         if doc.get("format") != FOOTERS_FORMAT or doc.get("version") != FOOTERS_VERSION \
-                or doc.get("manifest") != manifest.digest or doc.get("seal") != _seal(doc):
+                or doc.get("manifest") != manifest.digest or doc.get("seal") != seal_of(doc):
             return {}
         sizes = {f.path: f.size for f in manifest.files}
         return {rel: pq.read_metadata(pa.BufferReader(base64.b64decode(e["footer"])))

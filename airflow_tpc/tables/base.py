@@ -41,8 +41,8 @@ from ..transaction import CommitResult, SinkConfig, Transaction
 from .scope import Scope
 from .staged import (
     TableSchemaError,  # noqa: F401  (re-exported: it lived here first)
+    check_sealed,
     forget_sealed_stats,
-    job_footers,
     norm_uri,
     read_sealed_stats,
     stats_bytes,
@@ -271,37 +271,9 @@ class TableSink(Sink):
     _pending_stats: tuple[str, dict[str, int], bytes] | None = None
 
     def _check_sealed(self, txn: Transaction, manifest: Manifest) -> None:
-        """The table's check of an attempt sealed already — the sensor's, for a job that
-        sealed with the core alone — and the first read of its footers: what it learns
-        is sealed for every later step (a deferred sensor's second look, the commit's
-        check before its decision, the switch), so each footer is read once.
-
-        Statistics sealed with this manifest and checked against the table as it is now
-        mean the check holds: nothing is read.  Otherwise the footers are read (once, in
-        parallel) and checked; the statistics are then written once, put-if-absent, bound
-        to the manifest's digest (:func:`~.staged.stats_bytes`): a sidecar already there
-        (sealed against another table state, or not this manifest's) is left as it is,
-        and the commit then reads the footers itself, once."""
-        table = self.table_target.load_table()
-        key = self.table_target.table_key(table, self.scope)
-        sealed = self.sealed_stats(txn, manifest)
-        if sealed is not None and sealed["table"] == key:
-            return
-        uris = self._staged_uris(txn, [f.path for f in manifest.files])
-        footers = job_footers(self.table_target.read_footers, self.storage,
-                              self.layout.sealed(txn.epoch, txn.attempt), manifest, uris)
-        self.table_target.check_staged(uris, txn.epoch, table, footers=footers,
-                                       scope=self.scope)
-        if sealed is not None or manifest.table_stats:
-            return  # sealed once already: never rewritten
-        per_uri = self.table_target.file_stats(footers[0], table)
-        files = {f.path: {**per_uri.get(uri, {}), "size": f.size}
-                 for f, uri in zip(manifest.files, uris, strict=True)}
-        path = self.storage.join(self.layout.sealed(txn.epoch, txn.attempt), TABLE_STATS_NAME)
-        if not self.storage.put_if_absent(path, stats_bytes(key, files, manifest.digest)):
-            log.info("%s already holds table statistics of %s: kept as they are (the "
-                     "commit uses them only if they are this manifest's)",
-                     self.storage.uri(path), txn.txn_id)
+        """The table's check of an attempt sealed already (by the job, with the core
+        alone): :func:`~.staged.check_sealed`, which seals the statistics once."""
+        check_sealed(self, txn, manifest)
 
     def _table_stats_doc(self, txn: Transaction, staged: dict[str, ObjectInfo]) -> bytes | None:
         """The sidecar computed above, if the files sealed are the ones it describes (a

@@ -27,6 +27,8 @@ from ..staging import TABLE_STATS_NAME, digest_bytes, on_threads
 if TYPE_CHECKING:  # pragma: no cover
     from ..manifest import Manifest
     from ..storage import Storage
+    from ..transaction import Transaction
+    from .base import TableSink
 
 log = logging.getLogger("airflow_tpc")
 
@@ -102,12 +104,8 @@ def stats_bytes(table_key: Any, files: dict[str, dict[str, Any]],
                            "table": table_key, "files": files}
     if manifest is not None:
         doc["manifest"] = manifest
-        doc["seal"] = digest_bytes(_canonical(doc))
-    return _canonical(doc)
-
-
-def _canonical(doc: dict[str, Any]) -> bytes:
-    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+        doc["seal"] = footer.seal_of(doc)
+    return footer.canonical(doc)
 
 
 def read_sealed_stats(storage: Storage, seal: str,
@@ -154,11 +152,9 @@ def _stats_of(raw: bytes, manifest: Manifest) -> dict[str, Any] | None:
     try:
         doc = json.loads(raw)
         files = doc["files"]
-        if not manifest.table_stats:
-            rest = {k: v for k, v in doc.items() if k != "seal"}
-            if doc.get("manifest") != manifest.digest \
-                    or doc.get("seal") != digest_bytes(_canonical(rest)):
-                return None
+        if not manifest.table_stats and (doc.get("manifest") != manifest.digest
+                                         or doc.get("seal") != footer.seal_of(doc)):
+            return None  # written after the manifest: it must name it, and be its own
         ok = doc.get("format") == STATS_FORMAT and doc.get("version") == STATS_VERSION \
             and {p: e["size"] for p, e in files.items()} \
             == {f.path: f.size for f in manifest.files} \
@@ -230,6 +226,41 @@ def sealed_or_read(read: Callable[[list[str]], tuple[dict[str, Any], list[str]]]
     if problems and any(u not in found for u in uris if u not in got):
         raise StorageError("; ".join(problems[:5]))
     return got, {u: found[u] for u in uris if u not in got}
+
+
+def check_sealed(sink: TableSink, txn: Transaction, manifest: Manifest) -> None:
+    """The table's check of an attempt sealed already — the sensor's, for a job that
+    sealed with the core alone — and the first read of its footers: what it learns is
+    sealed for every later step (a deferred sensor's second look, the commit's check
+    before its decision, the switch), so each footer is read once.
+
+    Statistics sealed with this manifest and checked against the table as it is now
+    mean the check holds: nothing is read.  Otherwise the footers (those the job kept,
+    else read once, in parallel: :func:`job_footers`) are checked; the statistics are
+    then written once, put-if-absent, naming the manifest's digest (:func:`stats_bytes`):
+    a sidecar already there (sealed against another table state, or not this
+    manifest's) is left as it is, and the commit then reads the footers itself, once."""
+    target, storage = sink.table_target, sink.storage
+    table = target.load_table()
+    key = target.table_key(table, sink.scope)
+    seal = sink.layout.sealed(txn.epoch, txn.attempt)
+    sealed = read_sealed_stats(storage, seal, manifest)
+    if sealed is not None and sealed["table"] == key:
+        return
+    uris = [storage.uri(storage.join(sink.layout.staging(txn.epoch, txn.attempt), f.path))
+            for f in manifest.files]
+    footers = job_footers(target.read_footers, storage, seal, manifest, uris)
+    target.check_staged(uris, txn.epoch, table, footers=footers, scope=sink.scope)
+    if sealed is not None or manifest.table_stats:
+        return  # sealed once already: never rewritten
+    per_uri = target.file_stats(footers[0], table)
+    files = {f.path: {**per_uri.get(uri, {}), "size": f.size}
+             for f, uri in zip(manifest.files, uris, strict=True)}
+    path = storage.join(seal, TABLE_STATS_NAME)
+    if not storage.put_if_absent(path, stats_bytes(key, files, manifest.digest)):
+        log.info("%s already holds table statistics of %s: kept as they are (the commit "
+                 "uses them only if they are this manifest's)", storage.uri(path),
+                 txn.txn_id)
 
 
 def column_statistics(md: Any, name: str) -> Iterator[tuple[int, Any]]:
