@@ -122,9 +122,12 @@ def _stats_path(args: dict, txn_doc: dict) -> str:
 
 
 def test_each_staged_footer_is_read_once_from_the_jobs_seal_to_the_table(hook_args, reads):
-    # The table exists (its first commit creates it from the footers: not counted).
-    first, _ = _job(hook_args, "2026-11-01", [[1, 2]])
-    _hook(hook_args).commit_pointer(_sensor(hook_args, first))
+    # The first commit creates the table from the staged schema (the footers the job kept).
+    first, first_uris = _job(hook_args, "2026-11-01", [[1, 2], [3]])
+    assert _hook(hook_args).commit_pointer(_sensor(hook_args, first)).result.outcome \
+        == "committed"
+    assert dict(reads) == {uri: 1 for uri in first_uris}, dict(reads)
+    assert _table_rows(hook_args, "2026-11-01") == dict(zip(first_uris, [2, 1], strict=True))
     reads.clear()
 
     txn_doc, uris = _job(hook_args, "2026-11-02", [[10, 11, 12], [13], [14, 15]])
