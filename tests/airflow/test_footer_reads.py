@@ -22,7 +22,7 @@ import pytest
 
 from airflow_tpc import footer
 from airflow_tpc.spark.context import JobTransaction, build_payload
-from airflow_tpc.staging import TABLE_STATS_NAME, digest_bytes
+from airflow_tpc.staging import FOOTERS_NAME, TABLE_STATS_NAME, digest_bytes
 from airflow_tpc.tables.staged import norm_uri
 
 FORMATS = ["iceberg", "delta"]
@@ -140,7 +140,8 @@ def test_each_staged_footer_is_read_once_from_the_jobs_seal_to_the_table(hook_ar
     assert pointer["rows"] == 6  # the manifest still says the rows the job sealed
 
 
-@pytest.mark.parametrize("damage", ["edited", "another_manifest", "garbage"])
+@pytest.mark.parametrize("damage", ["edited", "another_manifest", "garbage",
+                                    "edited_no_job_footers"])
 def test_changed_sealed_statistics_are_never_trusted(hook_args, reads, damage):
     first, _ = _job(hook_args, "2026-11-01", [[1, 2]])
     _hook(hook_args).commit_pointer(_sensor(hook_args, first))
@@ -150,7 +151,9 @@ def test_changed_sealed_statistics_are_never_trusted(hook_args, reads, damage):
     with open(path, "rb") as fh:
         doc = json.load(fh)
     assert doc["manifest"] == pointer["digest"]  # the sensor sealed them for this manifest
-    if damage == "edited":  # wrong statistics, still well-formed and naming the manifest
+    if damage == "edited_no_job_footers":  # and nothing kept by the job to fall back on
+        os.remove(os.path.join(os.path.dirname(path), FOOTERS_NAME))
+    if damage.startswith("edited"):  # wrong statistics, well-formed, naming the manifest
         for entry in doc["files"].values():
             entry["rows"] = 1000
             if entry.get("iceberg"):
@@ -170,6 +173,6 @@ def test_changed_sealed_statistics_are_never_trusted(hook_args, reads, damage):
 
     assert _hook(hook_args).commit_pointer(pointer).result.outcome == "committed"
 
-    # the commit read each footer itself, once, and the table holds the true counts
-    assert dict(reads) == {uri: 1 for uri in uris}, dict(reads)
+    # the table holds the true counts, and the commit read each footer itself, once
     assert _table_rows(hook_args, "2026-11-02") == dict(zip(uris, [3, 1], strict=True))
+    assert dict(reads) == {uri: 1 for uri in uris}, dict(reads)
