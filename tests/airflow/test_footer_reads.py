@@ -1,7 +1,8 @@
 """Each staged Parquet footer of a table target is read once (issue 32 §4, docs/tables.md).
 
 The real path of an Airflow run, Iceberg and Delta: the job seals with the core alone
-(``JobTransaction.precommit``, as under spark-submit), the sensor's check runs through
+(``JobTransaction.precommit``, as under spark-submit; once with Spark's own writer),
+the sensor's check runs through
 the hook (``TpcHook.check_precommit``: the poke, and a deferred sensor's second look),
 the commit task's hook commits the pointer.  Footer reads are counted by wrapping the
 one function that reads a staged file's footer (:func:`airflow_tpc.footer.read_footer`):
@@ -24,6 +25,7 @@ from airflow_tpc import footer
 from airflow_tpc.spark.context import JobTransaction, build_payload
 from airflow_tpc.staging import FOOTERS_NAME, TABLE_STATS_NAME, digest_bytes
 from airflow_tpc.tables.staged import norm_uri
+from tests.tables.conftest import spark  # noqa: F401  (the tables' SparkSession fixture)
 
 FORMATS = ["iceberg", "delta"]
 CONN = "tpc_footers_catalog"
@@ -138,6 +140,28 @@ def test_each_staged_footer_is_read_once_from_the_jobs_seal_to_the_table(hook_ar
     assert dict(reads) == {uri: 1 for uri in uris}, dict(reads)
     assert _table_rows(hook_args, "2026-11-02") == dict(zip(uris, [3, 1, 2], strict=True))
     assert pointer["rows"] == 6  # the manifest still says the rows the job sealed
+
+
+def test_a_real_spark_jobs_footers_are_read_once(hook_args, reads, spark):  # noqa: F811
+    """The job as under spark-submit: Spark's own Parquet writer (part files, ``_SUCCESS``,
+    ``.crc`` files) into the transaction's output, sealed by ``txn.precommit()``."""
+    counted = []
+    for epoch, ids in (("2026-11-01", [1, 2, 3]), ("2026-11-02", [4, 5, 6, 7, 8])):
+        txn = _hook(hook_args).get_sink().begin(epoch)
+        job = JobTransaction.from_payload(build_payload(txn, promotion="manifest",
+                                                        table=hook_args["target"]))
+        df = spark.createDataFrame([(i, f"v{i}") for i in ids], "id long, value string")
+        job.with_epoch_column(df).repartition(2).write.mode("overwrite") \
+            .parquet(job.output_uri)
+        manifest = job.precommit()
+        _hook(hook_args).commit_pointer(_sensor(hook_args, txn.to_dict()))
+        staging = norm_uri(job.staging_uri)
+        uris = [os.path.join(staging, f.path) for f in manifest.files]
+        counted.append((dict(reads), {uri: 1 for uri in uris}))
+        assert sum(_table_rows(hook_args, epoch).values()) == len(ids)
+        reads.clear()
+    for got, want in counted:  # the table's creation, then a commit to it
+        assert got == want
 
 
 @pytest.mark.parametrize("damage", ["edited", "another_manifest", "garbage",
