@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import zlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -62,11 +63,14 @@ def seal_of(doc: dict[str, Any]) -> str:
 
 def footers_doc(manifest_digest: str, files: dict[str, tuple[int, bytes]]) -> bytes:
     """``_tpc_footers.json``: per staged file (relative path) its size and footer
-    (:func:`footer_bytes`, base64), the digest of the manifest they were read for, and
-    ``seal``, the sha256 of the rest (an edited or torn sidecar is not its own)."""
+    (:func:`footer_bytes`, zlib-compressed — 2.5-5x smaller: column names and types
+    repeat in every row group —, base64), the digest of the manifest they were read
+    for, and ``seal``, the sha256 of the rest (an edited or torn sidecar is not its
+    own)."""
     doc: dict[str, Any] = {
         "format": FOOTERS_FORMAT, "version": FOOTERS_VERSION, "manifest": manifest_digest,
-        "files": {rel: {"size": size, "footer": base64.b64encode(raw).decode()}
+        "files": {rel: {"size": size,
+                        "footer": base64.b64encode(zlib.compress(raw, 6)).decode()}
                   for rel, (size, raw) in sorted(files.items())}}
     doc["seal"] = seal_of(doc)
     return canonical(doc)
@@ -87,7 +91,8 @@ def sealed_footers(raw: bytes | None, manifest: Manifest) -> dict[str, Any]:
                 or doc.get("manifest") != manifest.digest or doc.get("seal") != seal_of(doc):
             return {}
         sizes = {f.path: f.size for f in manifest.files}
-        return {rel: pq.read_metadata(pa.BufferReader(base64.b64decode(e["footer"])))
+        return {rel: pq.read_metadata(pa.BufferReader(
+                    zlib.decompress(base64.b64decode(e["footer"]))))
                 for rel, e in doc["files"].items() if sizes.get(rel) == e["size"]}
     except Exception:  # noqa: BLE001 - not a sidecar of ours: the files are read instead
         return {}
