@@ -188,8 +188,9 @@ def job_footers(read: Callable[[list[str]], tuple[dict[str, Any], list[str]]],
     from ..footer import sealed_footers
     from ..staging import FOOTERS_NAME
 
-    try:
-        kept = sealed_footers(storage.read_bytes(storage.join(seal, FOOTERS_NAME)), manifest)
+    try:  # a manifest naming its statistics was sealed by the table sink: no job kept any
+        kept = {} if manifest.table_stats else sealed_footers(
+            storage.read_bytes(storage.join(seal, FOOTERS_NAME)), manifest)
     except StorageError as exc:
         log.warning("cannot read the footers the job kept for %s (%s); reading the files",
                     manifest.txn_id, exc)
