@@ -238,13 +238,12 @@ class TableSink(Sink):
         Each footer is read once, in parallel; what the table commit needs of them
         (sizes, rows, the format's column statistics) and the table state they were
         checked against are sealed beside the manifest (``_tpc_table_stats.json``,
-        its sha256 in the manifest), so the commit reads no footer again.  An attempt
-        sealed already (by the job, with the core alone) is checked, and its statistics
-        sealed, by :meth:`_check_sealed`."""
+        its sha256 in the manifest), so the commit reads no footer again.  One the job
+        sealed: :func:`~.staged.check_sealed` checks it and seals its statistics once."""
         self._check_own(txn)
         if self.read_manifest(txn) is not None:
             manifest = super().precommit(txn)  # the core's refusals; else it, unchanged
-            self._check_sealed(txn, manifest)
+            check_sealed(self, txn, manifest)
             return manifest
         staging = self.layout.check_staging(txn.epoch, txn.attempt)
         staged = list_staged(self.storage, staging)
@@ -269,11 +268,6 @@ class TableSink(Sink):
             self._pending_stats = None
 
     _pending_stats: tuple[str, dict[str, int], bytes] | None = None
-
-    def _check_sealed(self, txn: Transaction, manifest: Manifest) -> None:
-        """The table's check of an attempt sealed already (by the job, with the core
-        alone): :func:`~.staged.check_sealed`, which seals the statistics once."""
-        check_sealed(self, txn, manifest)
 
     def _table_stats_doc(self, txn: Transaction, staged: dict[str, ObjectInfo]) -> bytes | None:
         """The sidecar computed above, if the files sealed are the ones it describes (a
@@ -301,9 +295,8 @@ class TableSink(Sink):
         table = self.table_target.loaded_ahead(txn.txn_id)
         sealed = self.sealed_stats(txn, manifest)
         uris = self._staged_uris(txn, [f.path for f in manifest.files])
-        footers = None
+        footers = None  # read here at most once, and handed to the switch with the table
         if sealed is None or sealed["table"] != self.table_target.table_key(table, self.scope):
-            # Read here, once, and handed to the switch with the table: it reads none.
             footers = self.table_target.read_footers(uris)
             self.table_target.check_staged(uris, txn.epoch, table, footers=footers,
                                            scope=self.scope)
