@@ -32,12 +32,16 @@ _R = TypeVar("_R")
 #: Sealed beside the manifest on stores without native checksums (its digest is in
 #: the manifest): each staged file's status at pre-commit, for cheap verification.
 FINGERPRINTS_NAME = "_tpc_fingerprints.json"
-#: A table target's per-file statistics, sealed by the manifest's ``table_stats`` digest.
+#: A table target's per-file statistics, sealed by the manifest's ``table_stats`` digest
+#: (or, written after it by the sensor's check, naming the manifest's digest).
 TABLE_STATS_NAME = "_tpc_table_stats.json"
+#: A table target's staged footers as the job read them (:mod:`airflow_tpc.footer`),
+#: written after the manifest, naming its digest: the table's check reads no file again.
+FOOTERS_NAME = "_tpc_footers.json"
 #: What a seal may put into staging itself (when it is the seal's folder): left out of
 #: the status digest that pre-commit seals and a commit compares (the status before the
 #: seal was written and after must agree).
-SEAL_NAMES = frozenset({MANIFEST_NAME, FINGERPRINTS_NAME, TABLE_STATS_NAME})
+SEAL_NAMES = frozenset({MANIFEST_NAME, FINGERPRINTS_NAME, TABLE_STATS_NAME, FOOTERS_NAME})
 #: Threads that hash staged files.  hashlib and file reads release the GIL, so a
 #: few threads overlap I/O and hashing of the large files Spark writes.
 HASH_THREADS = 8

@@ -194,8 +194,10 @@ class TpcBaseHook(BaseHook):
         """For a table target, the table's check of a sealed attempt (raises
         :class:`~airflow_tpc.tables.TableSchemaError`, a ``ManifestError``): the job side
         seals with the core alone (it never imports a table library), so the sensor runs
-        the table sink's pre-commit — which checks the staged files' footers against the
-        table, then returns the sealed manifest unchanged.  A folder target: nothing."""
+        the table sink's pre-commit — which checks the staged files' footers (those the
+        job kept) against the table, seals the statistics the commit builds from (once:
+        a later check reads no footer), and returns the sealed manifest unchanged.  A
+        folder target: nothing."""
         sink = self.get_sink()
         if getattr(sink, "table_target", None) is not None:
             sink.precommit(txn)

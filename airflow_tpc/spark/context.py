@@ -47,7 +47,7 @@ from .payload import (
     read_payload,
     spark_conf_for,
 )
-from .sealing import _hash_parallel, _parquet_rows
+from .sealing import _hash_parallel, _parquet_rows, _seal_footers
 
 #: The payload's names moved to :mod:`.payload`; every earlier import of them from here
 #: still works.
@@ -289,10 +289,14 @@ class JobTransaction:
                     rows[rel] = nrows
         unmeasured = [info for rel, info in staged.items() if rel not in checksums]
         checksums.update(_hash_parallel(sink, staging, unmeasured))
+        kept: dict[str, bytes] | None = {} if self.is_table else None
         rows.update(_parquet_rows(sink, staging, [i for r, i in staged.items()
-                                                  if r not in rows]))
-        return sink.precommit(self.txn, rows=rows or None, checksums=checksums or None,
-                              listing=listing)
+                                                  if r not in rows], keep=kept))
+        manifest = sink.precommit(self.txn, rows=rows or None, checksums=checksums or None,
+                                  listing=listing)
+        if kept:  # a table's check needs the whole footers the row count read: kept
+            _seal_footers(sink, manifest, kept)
+        return manifest
 
     def _measured_by_writers(self, sink: Sink, listing: list[Any]
                              ) -> dict[str, tuple[str, int, int | None]]:

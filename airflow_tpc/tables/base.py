@@ -41,6 +41,8 @@ from ..transaction import CommitResult, SinkConfig, Transaction
 from .scope import Scope
 from .staged import (
     TableSchemaError,  # noqa: F401  (re-exported: it lived here first)
+    check_sealed,
+    forget_sealed_stats,
     norm_uri,
     read_sealed_stats,
     stats_bytes,
@@ -236,8 +238,13 @@ class TableSink(Sink):
         Each footer is read once, in parallel; what the table commit needs of them
         (sizes, rows, the format's column statistics) and the table state they were
         checked against are sealed beside the manifest (``_tpc_table_stats.json``,
-        its sha256 in the manifest), so the commit reads no footer again."""
+        its sha256 in the manifest), so the commit reads no footer again.  One the job
+        sealed: :func:`~.staged.check_sealed` checks it and seals its statistics once."""
         self._check_own(txn)
+        if self.read_manifest(txn) is not None:
+            manifest = super().precommit(txn)  # the core's refusals; else it, unchanged
+            check_sealed(self, txn, manifest)
+            return manifest
         staging = self.layout.check_staging(txn.epoch, txn.attempt)
         staged = list_staged(self.storage, staging)
         uris = self._staged_uris(txn, sorted(staged))
@@ -288,9 +295,13 @@ class TableSink(Sink):
         table = self.table_target.loaded_ahead(txn.txn_id)
         sealed = self.sealed_stats(txn, manifest)
         uris = self._staged_uris(txn, [f.path for f in manifest.files])
+        footers = None  # read here at most once, and handed to the switch with the table
         if sealed is None or sealed["table"] != self.table_target.table_key(table, self.scope):
-            self.table_target.check_staged(uris, txn.epoch, table, scope=self.scope)
+            footers = self.table_target.read_footers(uris)
+            self.table_target.check_staged(uris, txn.epoch, table, footers=footers,
+                                           scope=self.scope)
         self.table_target.hand_over(txn.txn_id, table)
+        self.table_target.hand_over_footers(txn.txn_id, footers)
         if table is not None and sealed is not None and not self.scope.add_columns \
                 and sealed["table"] == self.table_target.table_key(table, self.scope):
             # The switch would build its commit from these very statistics: built now,
@@ -316,6 +327,7 @@ class TableSink(Sink):
         none after the commit's first write) and the table (:meth:`TableTarget.
         load_ahead`).  Behind object-store latency they were six round trips in a row;
         the checks and every write keep their order."""
+        forget_sealed_stats()
         try:
             with reading_ahead(self.storage, self._reads_before_decision(txn)):
                 self.table_target.load_ahead(txn.txn_id)

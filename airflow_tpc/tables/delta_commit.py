@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import LedgerError, StorageError
 from .delta_rewrite import scope_actions
 from .delta_table import DeltaLakeTable, TableCreatedMeanwhile, app_id
-from .staged import EPOCH_COLUMN
+from .staged import EPOCH_COLUMN, sealed_or_read
 from .switch import Staged, TableCommit
 from .target import PROP_ATTEMPT, PROP_EPOCH, PROP_NAMESPACE, Footers, commit_properties
 
@@ -92,19 +92,11 @@ class DeltaCommit(TableCommit):
 
         manifest, uris, sealed, footers = (staged.manifest, staged.uris, staged.sealed,
                                            staged.footers)
-        rows: dict[str, int] = {}
-        if sealed is not None:
-            rows = {u: int(sealed["files"][f.path]["rows"])
-                    for u, f in zip(uris, manifest.files, strict=True)
-                    if "rows" in sealed["files"][f.path]}
-        missing = [u for u in uris if u not in rows]
-        if missing:
-            found, problems = footers if footers is not None else ({}, [])
-            if any(u not in found for u in missing):
-                found, problems = self.target.read_footers(missing)
-            if problems:
-                raise StorageError("; ".join(problems[:5]))
-            rows.update({u: found[u].num_rows for u in missing})
+        # Rows are the file's own, whatever the table: sealed ones serve any table state.
+        got, found = sealed_or_read(self.target.read_footers, uris,
+                                    [f.path for f in manifest.files], sealed, "rows", footers)
+        rows = {**{u: int(n) for u, n in got.items()},
+                **{u: md.num_rows for u, md in found.items()}}
         now = int(time.time() * 1000)
         sizes = {u: f.size for u, f in zip(uris, manifest.files, strict=True)}
         layout = self.scope.kind == "epoch"

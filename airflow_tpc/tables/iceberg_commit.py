@@ -19,6 +19,7 @@ from .iceberg_files import data_file_of, epoch_partition_position, iceberg_stats
 from .iceberg_partitions import needs_data
 from .iceberg_table import IcebergTable, epoch_commits
 from .scope import Scope
+from .staged import sealed_or_read
 from .switch import Staged, TableCommit
 from .target import commit_properties
 
@@ -133,29 +134,21 @@ class IcebergSnapshot(TableCommit):
         sizes = {u: f.size for u, f in zip(uris, manifest.files, strict=True)}
 
         def data_files(tmeta: Any) -> list[DataFile]:
-            found = footers[0] if footers is not None else {}
-            by_uri: dict[str, dict[str, Any] | None] = {}
-            for uri, f in zip(uris, manifest.files, strict=True):
-                entry = sealed["files"][f.path] if sealed is not None else None
-                by_uri[uri] = entry.get("iceberg") if entry is not None else None
-            missing = [u for u, st in by_uri.items() if st is None and u not in found]
-            if missing:  # a statistic that did not serialise, or no sidecar
-                more, problems = self.target.read_footers(missing)
-                if problems:
-                    raise StorageError("; ".join(problems[:5]))
-                found = {**found, **more}
-            plan = stats_plan(tmeta) if any(st is None for st in by_uri.values()) else None
+            got, found = sealed_or_read(self.target.read_footers, uris,
+                                        [f.path for f in manifest.files], sealed, "iceberg",
+                                        staged.footers)
+            by_uri: dict[str, dict[str, Any] | None] = {u: got.get(u) for u in uris}
+            plan = stats_plan(tmeta) if found else None
             parts: dict[str, list[Any]] = {}
             if plan is not None and needs_data(tmeta.spec()):
                 parts, problems = self.target.partitions_from_data(
-                    [u for u, st in by_uri.items() if st is None and found[u].num_rows], tmeta)
+                    [u for u, md in found.items() if md.num_rows], tmeta)
                 if problems:
                     raise StorageError("; ".join(problems[:5]))
-            for uri, st in list(by_uri.items()):
-                if st is None:
-                    by_uri[uri] = iceberg_stats(found[uri], tmeta, plan, parts.get(uri))
-                    if by_uri[uri] is None:
-                        raise StorageError(f"cannot read the statistics of {uri}")
+            for uri, md in found.items():  # a statistic that did not serialise, or none sealed
+                by_uri[uri] = iceberg_stats(md, tmeta, plan, parts.get(uri))
+                if by_uri[uri] is None:
+                    raise StorageError(f"cannot read the statistics of {uri}")
             return [data_file_of(uri, sizes[uri], st, tmeta.default_spec_id)
                     for uri, st in by_uri.items() if st and st["record_count"] > 0]
 

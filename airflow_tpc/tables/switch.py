@@ -35,7 +35,7 @@ from ..errors import StorageError
 from ..faults import crashpoint
 from ..promote import Strategy, _rel_to_root, _swap_marker
 from .scope import Scope
-from .staged import read_sealed_stats
+from .staged import job_footers, read_sealed_stats
 from .target import EPOCH_SCOPE, Footers, TableTarget
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from ..ledger import Layout
     from ..manifest import Manifest
+    from ..storage import Storage
 
 log = logging.getLogger("airflow_tpc")
 
@@ -66,11 +67,18 @@ class Staged:
     usable: bool = False
     #: The files' schema, when the table does not exist yet (it is created from it).
     schema: pa.Schema | None = None
+    #: Where the attempt's seal lies (``(storage, folder)``): the footers the job kept.
+    seal: tuple[Storage, str] | None = None
 
     def footers_of(self, target: TableTarget) -> Footers:
-        """The footers, read once (in parallel) the first time they are needed."""
+        """The footers the first time they are needed: those the job kept when it
+        sealed (:func:`~.staged.job_footers`), else read once, in parallel."""
         if self.footers is None:
-            self.footers = target.read_footers(self.uris)
+            if self.seal is None:
+                self.footers = target.read_footers(self.uris)
+            else:
+                self.footers = job_footers(target.read_footers, *self.seal, self.manifest,
+                                           self.uris)
         return self.footers
 
 
@@ -91,7 +99,9 @@ class TableCommit(Strategy):
         staged = Staged(manifest,
                         [storage.uri(storage.join(staging, f.path)) for f in manifest.files],
                         read_sealed_stats(storage, layout.sealed(manifest.epoch,
-                                                                 manifest.attempt), manifest))
+                                                                 manifest.attempt), manifest),
+                        footers=self.target.take_footers(manifest.txn_id),
+                        seal=(storage, layout.sealed(manifest.epoch, manifest.attempt)))
         lost_race = self._lost_race()
         for _ in range(COMMIT_RETRIES):
             table = self.target.take_table(manifest.txn_id)

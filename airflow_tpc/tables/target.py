@@ -119,7 +119,7 @@ class TableTarget:
     _handed: tuple[str, Any] | None = None
 
     def hand_over(self, txn_id: str | None, table: Any) -> None:
-        """Keep ``table`` for ``txn_id``'s switch; None forgets it.
+        """Keep ``table`` for ``txn_id``'s switch; None forgets it (and the footers).
 
         The table one commit loaded for its check before the decision goes to its
         switch moments later instead of a second load (a catalog round trip, or a
@@ -129,6 +129,7 @@ class TableTarget:
         it always did."""
         self._handed = None if txn_id is None or table is None else (txn_id, table)
         if txn_id is None:
+            self._handed_footers = None
             self._ahead = None
             if self._prepared is not None:
                 self._prepared[2].add_done_callback(_discard)
@@ -190,6 +191,19 @@ class TableTarget:
         # must be gone, and holding over, before it writes.
         _discard(fut)
         return None
+
+    _handed_footers: tuple[str, Footers] | None = None
+
+    def hand_over_footers(self, txn_id: str, footers: Footers | None) -> None:
+        """Keep the staged ``footers`` ``txn_id``'s check read before the decision for
+        its switch (:meth:`take_footers`): a commit reads each footer once."""
+        self._handed_footers = None if footers is None else (txn_id, footers)
+
+    def take_footers(self, txn_id: str) -> Footers | None:
+        """The staged footers ``txn_id``'s own check read before the decision (once), or
+        None: the switch reads them only if it needs them, once."""
+        handed, self._handed_footers = self._handed_footers, None
+        return handed[1] if handed is not None and handed[0] == txn_id else None
 
     def take_table(self, txn_id: str) -> Any:
         """The table handed over by ``txn_id``'s own check (once), else a fresh load."""
