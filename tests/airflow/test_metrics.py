@@ -92,6 +92,16 @@ except faults.InjectedCrash:
     pass
 stats.incr("tpc_marker.health")
 out["health"] = TpcHook(target, "tpc_it_metrics").emit_health()
+# An abort from the run page (the UI layer's own abort, as its route calls it).
+from airflow_tpc.airflow.ui import runs as ui_runs
+stats.incr("tpc_marker.ui_abort")
+txn = sink.begin("2026-07-08", owner={{"dag_id": "health", "run_id": "ui"}})
+sink.storage.put(sink.storage.join(sink.layout.staging("2026-07-08", txn.attempt),
+                                   "p.parquet"), b"u" * 10)
+sink.precommit(txn)
+[info] = sink.describe("2026-07-08")
+found = ui_runs.Found("tpc_it_metrics", "ui", "submit", sink, info)
+out["ui_abort"] = ui_runs.abort(found, "admin", "api")["outcome"]
 stats.incr("tpc_marker.end")
 print("RESULT " + json.dumps(out))
 """
@@ -235,6 +245,12 @@ def test_an_abort_increments_aborts(emitted):
     runs, packets = emitted
     assert runs["abort"]["states"]["abort"] == "success", runs["abort"]
     assert counters(packets["abort"]) == {"aborts": 1}
+
+
+def test_an_abort_from_the_run_page_increments_aborts(emitted):
+    runs, packets = emitted
+    assert runs["ui_abort"] == "aborted", runs
+    assert counters(packets["ui_abort"]) == {"aborts": 1}
 
 
 def test_a_fenced_zombie_increments_fenced(emitted):

@@ -323,7 +323,8 @@ def test_single_target_route_refuses_a_member(server, seeded):
     """/api/abort naming a member of a group attempt — by its target (a table by URI or
     location), by the group's task, or through a tpc_txn XCom naming it — is 409 naming
     the group, also for a committed group's member: never "aborted", "refused" with 200,
-    or another target's abort.  Nothing changes; nothing is written to the audit log."""
+    or another target's abort.  Nothing changes but the audit log: each refusal is a row
+    naming what was asked, ``outcome`` refused, and why (issue 33 §3)."""
     group, g2 = seeded["group"], seeded["g2"]
     api = _bearer(server)
     abort = f"{server}/airflow-tpc/api/abort"
@@ -356,13 +357,21 @@ def test_single_target_route_refuses_a_member(server, seeded):
     assert r.status_code == 400, r.text
     assert _trees(seeded) == before
     assert _member_state(group.sinks["folder"], EPOCH, 2) is TxnState.PRECOMMITTED
-    assert [a for run in (RUN_ID, DONE_RUN_ID, ROGUE_RUN_ID) for a in _audit(run)] == []
+    rows = [a for run in (RUN_ID, DONE_RUN_ID, ROGUE_RUN_ID) for a in _audit(run)]
+    assert len(rows) == len(cases), rows
+    for (owner, task_id, extra), (_, body, which) in zip(rows, sorted(
+            cases, key=lambda c: (RUN_ID, DONE_RUN_ID, ROGUE_RUN_ID).index(c[0])),
+            strict=True):
+        assert (owner, extra["outcome"], extra["via"]) == ("admin", "refused", "api"), extra
+        assert {k: extra[k] for k in body} == body and which in extra["error"], extra
+        assert task_id == body.get("task_id"), (task_id, body)
 
 
 def test_group_abort_needs_the_full_identity_and_a_real_session(server, seeded):
     """/api/abort-group refuses a body that does not name one group attempt (400), one
     whose fields name two different ones (400), names matching nothing (404), a forged
     cross-site request, a wrong session token and a viewer (403) — changing nothing."""
+    seen = len(_audit(RUN_ID))  # earlier tests' refusals of this run are audited
     g2 = seeded["g2"]
     q = {"dag_id": DAG_ID, "run_id": RUN_ID}
     url = f"{server}/airflow-tpc/api/abort-group"
@@ -406,7 +415,7 @@ def test_group_abort_needs_the_full_identity_and_a_real_session(server, seeded):
     assert r.status_code == 403 and "token" not in r.text, r.text
     assert _trees(seeded) == before
     assert seeded["group"].poll(g2).outcome is None
-    assert _audit(RUN_ID) == []
+    assert _audit(RUN_ID)[seen:] == []
 
 
 def test_abort_through_the_page_aborts_the_whole_group(server, seeded, browser):
@@ -414,6 +423,7 @@ def test_abort_through_the_page_aborts_the_whole_group(server, seeded, browser):
     both members' ledgers say ABORTED with their staging gone; the single target beside
     it, the committed group's epoch and attempt 1 are untouched; one audit row names the
     group.  Aborting again says "already aborted"."""
+    seen = len(_audit(RUN_ID))  # earlier tests' refusals of this run are audited
     from tests.core.helpers import full_tree
 
     group, g2, single = seeded["group"], seeded["g2"], seeded["single"]
@@ -446,7 +456,7 @@ def test_abort_through_the_page_aborts_the_whole_group(server, seeded, browser):
         [TxnState.COMMITTED] * 2
     page.context.close()
 
-    [(owner, task_id, extra)] = _audit(RUN_ID)
+    [(owner, task_id, extra)] = _audit(RUN_ID)[seen:]
     assert (owner, task_id) == ("admin", TASK)
     assert (extra["group"], extra["txn_id"], extra["outcome"], extra["via"]) == \
         (group.uri, g2.txn_id, "aborted", "ui"), extra
@@ -464,6 +474,7 @@ def test_abort_through_the_page_aborts_the_whole_group(server, seeded, browser):
 def test_committed_group_is_refused(server, seeded):
     """Aborting a committed group: 409 saying it is COMMITTED; the group's decision, both
     members and every file stay as they were (the refusal is in the audit log)."""
+    seen = len(_audit(DONE_RUN_ID))
     group, done = seeded["group"], seeded["done"]
     before = _trees(seeded)
     r = httpx.post(f"{server}/airflow-tpc/api/abort-group", headers=_bearer(server),
@@ -475,7 +486,7 @@ def test_committed_group_is_refused(server, seeded):
     status = group.poll(done)
     assert (status.outcome, status.published) == ("commit", True)
     assert group.stable_epochs() == {DONE_EPOCH: 1}
-    [(owner, _, extra)] = _audit(DONE_RUN_ID)
+    [(owner, _, extra)] = _audit(DONE_RUN_ID)[seen:]
     assert (owner, extra["outcome"], extra["txn_id"]) == ("admin", "refused", done.txn_id)
 
 
@@ -510,4 +521,6 @@ def test_group_without_its_arguments_says_so(server, seeded):
                    timeout=120, json={"epoch": EPOCH, "attempt": 2, "task_id": "submit"})
     assert r.status_code == 409 and "not its arguments" in r.json()["detail"], r.text
     assert _trees(seeded) == before
-    assert _audit(BARE_RUN_ID) == []
+    [(owner, task_id, extra)] = _audit(BARE_RUN_ID)  # the refusal, audited
+    assert (owner, task_id, extra["outcome"]) == ("admin", "submit", "refused"), extra
+    assert "not its arguments" in extra["error"], extra

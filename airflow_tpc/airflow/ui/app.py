@@ -12,7 +12,7 @@ import time
 from typing import Any
 from urllib.parse import urlencode
 
-from airflow_tpc import TpcError
+from airflow_tpc import InvalidState, TpcError
 from airflow_tpc.airflow.ui import groups, runs
 from airflow_tpc.airflow.ui import render as ui
 from airflow_tpc.airflow.ui.csrf import (
@@ -232,7 +232,7 @@ def create_app() -> Any:
                                        task_id=body.task_id, target=body.target,
                                        namespace=body.namespace, found=found)
         if member is not None:
-            raise HTTPException(status_code=409, detail=member)
+            raise refused(request, user, dag_id, run_id, body, member)
         if found is None:
             raise HTTPException(status_code=404, detail=(
                 f"no transaction {body.epoch}/{body.attempt} of "
@@ -240,7 +240,7 @@ def create_app() -> Any:
         try:
             return runs.abort(found, user.get_name(), via_of(request))
         except TpcError as exc:
-            raise HTTPException(status_code=409, detail=str(exc)) from None
+            raise refused(request, user, dag_id, run_id, body, str(exc)) from None
 
     @app.post("/api/abort-group", dependencies=[can_edit])
     def abort_group_api(request: Request, dag_id: str, run_id: str,
@@ -256,15 +256,26 @@ def create_app() -> Any:
         except runs.Ambiguous as exc:
             raise HTTPException(status_code=400, detail=str(exc)) from None
         except TpcError as exc:  # the group cannot be opened (e.g. its XCom has no args)
-            raise HTTPException(status_code=409, detail=str(exc)) from None
+            raise refused(request, user, dag_id, run_id, body, str(exc)) from None
         if found is None:
             raise HTTPException(status_code=404, detail=(
                 f"no group transaction {body.epoch}/{body.attempt} of "
                 f"{body.task_id or body.group} in run {run_id} of {dag_id}"))
         try:
             return groups.abort(found, user.get_name(), via_of(request))
-        except TpcError as exc:
+        except TpcError as exc:  # groups.abort audited it (InvalidState) or it is new
+            if not isinstance(exc, InvalidState):
+                runs.audit_refusal(dag_id, run_id, user.get_name(), via_of(request),
+                                   body.model_dump(exclude_none=True), str(exc))
             raise HTTPException(status_code=409, detail=str(exc)) from None
+
+    def refused(request: Request, user: Any, dag_id: str, run_id: str, body: Any,
+                detail: str) -> HTTPException:
+        """A refused abort (409): an action on a transaction like any other, so a row of
+        Airflow's audit log names who asked for what, and why it was refused."""
+        runs.audit_refusal(dag_id, run_id, user.get_name(), via_of(request),
+                           body.model_dump(exclude_none=True), detail)
+        return HTTPException(status_code=409, detail=detail)
 
     def via_of(request: Request) -> str:
         auth = (request.headers.get("authorization") or "").lower()

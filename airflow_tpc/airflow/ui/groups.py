@@ -254,6 +254,11 @@ def abort(found: FoundGroup, user: str, via: str) -> dict[str, Any]:
         runs.audit(found, user, via, "refused", members=members)
         raise
     outcome = "aborted" if made else "already aborted"
+    if made:  # counted per member, as the group's abort task counts it
+        from airflow_tpc.airflow.metrics import ABORTS, TpcMetrics
+
+        for sink in group.sinks.values():
+            TpcMetrics(sink.namespace, sink.target).incr(ABORTS)
     runs.audit(found, user, via, outcome, members=members)
     states = {}
     for name, sink in group.sinks.items():

@@ -238,6 +238,7 @@ def abort(found: Found, user: str, via: str) -> dict[str, Any]:
     call that died before removing its staging is "already aborted" too, and the
     staging it left is removed."""
     from airflow_tpc.airflow import admin
+    from airflow_tpc.airflow.metrics import ABORTS, TpcMetrics
 
     ident = found.identity()
     result = admin.abort(found.sink, found.info.epoch, found.info.attempt,
@@ -246,6 +247,9 @@ def abort(found: Found, user: str, via: str) -> dict[str, Any]:
         result["outcome"] = "refused"
     elif result["aborted"]:
         result["outcome"] = "aborted"
+        # counted as the abort task counts its own: one per attempt this call aborted
+        TpcMetrics(found.sink.namespace, found.sink.target).incr(ABORTS,
+                                                                  len(result["aborted"]))
     else:
         result["outcome"] = "already aborted"
         state = [i.state for i in found.sink.describe(found.info.epoch)
@@ -269,6 +273,21 @@ def audit(found: Any, user: str, via: str, outcome: str, **more: Any) -> None:
         session.add(Log(event=AUDIT_EVENT, owner=user, owner_display_name=user,
                         extra=json.dumps(extra), dag_id=found.dag_id, run_id=found.run_id,
                         task_id=found.task_id))
+
+
+def audit_refusal(dag_id: str, run_id: str, user: str, via: str, request: dict[str, Any],
+                  error: str) -> None:
+    """The audit row of an abort refused before it named one transaction it could act on
+    (a group's member, a group that cannot be opened, a damaged ledger): what the request
+    named, ``outcome`` refused, and why."""
+    from airflow.models.log import Log
+    from airflow.utils.session import create_session
+
+    extra = {**request, "outcome": "refused", "via": via, "error": error}
+    with create_session() as session:
+        session.add(Log(event=AUDIT_EVENT, owner=user, owner_display_name=user,
+                        extra=json.dumps(extra), dag_id=dag_id, run_id=run_id,
+                        task_id=request.get("task_id")))
 
 
 def manifest_view(sink: Any, info: Any) -> dict[str, Any]:
