@@ -360,11 +360,16 @@ class DeltaLakeTable(TableTarget):
         from deltalake.transaction import create_table_with_add_actions
 
         layout = scope.kind == "epoch"
-        with tempfile.TemporaryDirectory(prefix="tpc-delta-proof-") as scratch:
-            create_table_with_add_actions(
-                scratch, new_table_schema(schema, layout), [], mode="error",
-                partition_by=[EPOCH_COLUMN] if layout else None)
-            yield DeltaTable(scratch)
+        try:
+            with tempfile.TemporaryDirectory(prefix="tpc-delta-proof-") as scratch:
+                create_table_with_add_actions(
+                    scratch, new_table_schema(schema, layout), [], mode="error",
+                    partition_by=[EPOCH_COLUMN] if layout else None)
+                yield DeltaTable(scratch)
+        finally:
+            # Partition values found against the scratch table are not sealed: the
+            # table's first commit takes them from the table it really meets.
+            self._partitions = {}
 
     def _data_columns(self, schema: pa.Schema) -> pa.Schema:
         """Files of one epoch may differ only in holding ``epoch`` or not."""

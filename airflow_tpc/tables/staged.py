@@ -88,7 +88,7 @@ def read_footers(open_file: Any, uris: list[str]) -> tuple[dict[str, Any], list[
 def stats_bytes(table_key: Any, files: dict[str, dict[str, Any]]) -> bytes:
     """The ``_tpc_table_stats.json`` sidecar: what pre-commit learned from the footers
     (per file: size, rows, format statistics) and the table state it checked them
-    against (``table_key``; null: no table yet)."""
+    against (``table_key``; a table not created yet: its creation proof's key)."""
     return json.dumps({"format": STATS_FORMAT, "version": STATS_VERSION, "table": table_key,
                        "files": files}, sort_keys=True, separators=(",", ":")).encode()
 

@@ -102,7 +102,7 @@ class TableTarget:
 
     def table_key(self, table: Any, scope: Scope = EPOCH_SCOPE) -> Any:
         """What the staged files were checked against (JSON): equal keys at pre-commit
-        and at commit mean the check holds still (None: no table)."""
+        and at commit mean the check holds still (no table: :meth:`new_table_key`)."""
         raise NotImplementedError
 
     def file_stats(self, footers: dict[str, Any], table: Any) -> dict[str, dict[str, Any]]:
