@@ -221,3 +221,31 @@ def test_a_new_table_sealed_under_another_scope_is_refused_before_the_decision(t
     assert group_of(lake).abort(gtxn, "bad input") is True
     assert group_of(lake).recover().errors == []
     assert group_of(lake).sinks[fmt].table_target.load_table() is None
+
+
+def test_a_delta_table_created_meanwhile_gets_its_own_partition_values(tmp_path):
+    """``mode="append"``, no table at pre-commit (the check proves an unpartitioned new
+    table); before the commit another writer creates the table partitioned by
+    ``region``.  The commit checks against that table, and the files are added with
+    the partition values found against it — never ones found against the proof's
+    scratch table (sealed, they would add ``region``-less files to a partitioned
+    table)."""
+    from deltalake import write_deltalake
+
+    lake = make_lake(tmp_path)
+    sink = sinks(lake, mode="append")[DELTA]
+    txn = sink.begin(EPOCH)
+    staged = rows(EPOCH, NEW[DELTA]).append_column("region", pa.array(["eu"] * len(NEW[DELTA])))
+    write_parquet(sink, txn, "a.parquet", staged)
+    manifest = sink.precommit(txn)
+    write_deltalake(lake.delta_path, rows("0", [7]).append_column("region", pa.array(["us"])),
+                    partition_by=["region"])
+
+    result = sinks(lake, mode="append")[DELTA].commit(txn, expected_digest=manifest.digest)
+    assert result.outcome == "committed"
+    table = DeltaTable(lake.delta_path)
+    assert list(table.metadata().partition_columns) == ["region"]
+    adds = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    assert len(adds) == 2 and {a["partition.region"] for a in adds} == {"eu", "us"}
+    got = sorted((r["id"], r["region"]) for r in table.to_pyarrow_table().to_pylist())
+    assert got == sorted([(7, "us"), *((i, "eu") for i in NEW[DELTA])])
