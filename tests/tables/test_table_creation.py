@@ -249,3 +249,20 @@ def test_a_delta_table_created_meanwhile_gets_its_own_partition_values(tmp_path)
     assert len(adds) == 2 and {a["partition.region"] for a in adds} == {"eu", "us"}
     got = sorted((r["id"], r["region"]) for r in table.to_pyarrow_table().to_pylist())
     assert got == sorted([(7, "us"), *((i, "eu") for i in NEW[DELTA])])
+
+
+def test_each_catalog_creates_the_table_with_epoch_first(make_sink):
+    """pyiceberg's SQL catalog and a real REST catalog (SeaweedFS): each client binds
+    the partition spec to its column by field id when it creates the table; with
+    ``epoch`` first, the first commit creates the table partitioned by it, and the
+    rows read back through the catalog."""
+    sink = make_sink()
+    txn = sink.begin(EPOCH)
+    write_parquet(sink, txn, "a.parquet", batch(EPOCH, NEW[ICE], "first"))
+    assert sink.commit(txn, expected_digest=sink.precommit(txn).digest).outcome \
+        == "committed"
+    table = make_sink().table_target.load_table()
+    assert [f.name for f in table.schema().fields] == ORDERS["first"]
+    (field,) = table.spec().fields
+    assert table.schema().find_field(field.source_id).name == "epoch"
+    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == NEW[ICE]
