@@ -294,7 +294,7 @@ class TableTarget:
                 for uri, schema in schemas.items():
                     problems += [f"{uri}: {p}" for p in fits(schema)]
                 return problems or self._commit_problems(proposed, found, uris)
-        except TpcError:
+        except (TpcError, NotImplementedError):  # a store's failure; a format's gap
             raise
         except Exception as exc:  # the library's refusal: one line, never its traceback
             lines = str(exc).strip().splitlines()  # delta-rs appends its backtrace
