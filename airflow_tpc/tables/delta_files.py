@@ -40,6 +40,15 @@ def relaxed(schema: pa.Schema) -> pa.Schema:
     return pa.schema([f.with_nullable(True) for f in schema])
 
 
+def new_table_schema(schema: pa.Schema, layout: bool) -> Any:
+    """The Delta schema a new table is created with from the staged files' schema: all
+    nullable, with ``epoch`` for the epoch layout (``layout``); the switch's create and
+    the proof before the decision both build it here."""
+    from deltalake.schema import Schema
+
+    return Schema.from_arrow(relaxed(with_epoch(schema) if layout else schema))
+
+
 def delta_types(schema: pa.Schema) -> dict[str, str]:
     """Each column's Delta type (as Delta names it), or raise for one Delta has none for."""
     from deltalake.schema import Schema

@@ -12,13 +12,15 @@ The target users name, :class:`~airflow_tpc.tables.delta.DeltaTarget`, adds the 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, unquote, urlparse
 
 from ..errors import StorageError, TpcError
 from ..storage import open_storage
-from .delta_files import creatable_problems, relaxed, schema_problems, with_epoch, without_epoch
+from .delta_files import creatable_problems, new_table_schema, schema_problems, without_epoch
 from .delta_scope import DeltaScope
 from .delta_store import (
     arrow_filesystem,
@@ -176,13 +178,11 @@ class DeltaLakeTable(TableTarget):
                      layout: bool = True) -> None:
         """Create the table (version 0) holding the epoch's staged files: one commit;
         partitioned by ``epoch`` (``layout``), else unpartitioned (an append)."""
-        from deltalake.schema import Schema
         from deltalake.transaction import create_table_with_add_actions
 
         try:
             create_table_with_add_actions(
-                self._table_uri(),
-                Schema.from_arrow(relaxed(with_epoch(schema) if layout else schema)), adds,
+                self._table_uri(), new_table_schema(schema, layout), adds,
                 mode="error", partition_by=[EPOCH_COLUMN] if layout else None,
                 storage_options=self._delta_options or None, commit_properties=props)
         except Exception as exc:
@@ -265,7 +265,7 @@ class DeltaLakeTable(TableTarget):
                   scope: Scope = EPOCH_SCOPE) -> dict[str, Any] | None:
         """What the check depends on: the table's id, schema and partition columns."""
         if table is None:
-            return None
+            return self.new_table_key(scope)
         meta = self._call("read the metadata of", table.metadata)
         key = {"id": str(meta.id), "partition_columns": list(meta.partition_columns),
                "schema": self._call("read the schema of", table.schema).to_json()}
@@ -350,6 +350,26 @@ class DeltaLakeTable(TableTarget):
 
     def _creatable_problems(self, schema: pa.Schema) -> list[str]:
         return creatable_problems(schema)
+
+    @contextmanager
+    def _proposed_table(self, schema: pa.Schema, scope: Scope) -> Iterator[DeltaTable]:
+        """The table :meth:`create_table` would make, made by delta-rs itself with the
+        same schema and partitioning in a scratch folder (removed on exit): Delta has
+        no create without a location, and nothing of it reaches the table's store."""
+        from deltalake import DeltaTable
+        from deltalake.transaction import create_table_with_add_actions
+
+        layout = scope.kind == "epoch"
+        try:
+            with tempfile.TemporaryDirectory(prefix="tpc-delta-proof-") as scratch:
+                create_table_with_add_actions(
+                    scratch, new_table_schema(schema, layout), [], mode="error",
+                    partition_by=[EPOCH_COLUMN] if layout else None)
+                yield DeltaTable(scratch)
+        finally:
+            # Partition values found against the scratch table are not sealed: the
+            # table's first commit takes them from the table it really meets.
+            self._partitions = {}
 
     def _data_columns(self, schema: pa.Schema) -> pa.Schema:
         """Files of one epoch may differ only in holding ``epoch`` or not."""

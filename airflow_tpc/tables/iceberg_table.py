@@ -12,13 +12,15 @@ side of the staged-file check (:mod:`.iceberg_files`).  The target users name,
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlparse
 
 from ..errors import StorageError, TpcError
 from .catalogs import ensure_namespace, open_catalog
+from .iceberg_create import new_table_parts, proposed_table, stats_problems
 from .iceberg_files import (
     creatable_problems,
     epoch_partition_position,
@@ -211,20 +213,12 @@ class IcebergTable(TableTarget):
     # -- the table ----------------------------------------------------------------
     def create_table(self, schema: pa.Schema, scope: Scope = EPOCH_SCOPE) -> Table:
         """Create the table from the staged files' schema at :meth:`location`,
-        identity-partitioned by epoch (an ``append`` scope: unpartitioned); a concurrent
-        creator's table is loaded instead."""
-        from pyiceberg.catalog import Catalog
+        identity-partitioned by epoch (an ``append`` scope: unpartitioned): exactly the
+        table the check before the decision proved (:mod:`.iceberg_create`); a
+        concurrent creator's table is loaded instead."""
         from pyiceberg.exceptions import TableAlreadyExistsError
-        from pyiceberg.partitioning import PartitionField, PartitionSpec
-        from pyiceberg.transforms import IdentityTransform
 
-        ice = Catalog._convert_schema_if_needed(schema)
-        spec = PartitionSpec()
-        if scope.kind == "epoch":
-            field = ice.find_field(EPOCH_COLUMN)
-            spec = PartitionSpec(PartitionField(source_id=field.field_id, field_id=1000,
-                                                transform=IdentityTransform(),
-                                                name=EPOCH_COLUMN))
+        ice, spec = new_table_parts(schema, scope)
         cat = self.catalog()
         self._call("create namespace for", ensure_namespace, cat, self.namespace)
         try:
@@ -286,7 +280,7 @@ class IcebergTable(TableTarget):
         properties, and the scope checked.  Equal keys: the pre-commit check and
         statistics still hold."""
         if table is None:
-            return None
+            return self.new_table_key(scope)
         meta = table.metadata
         return {"uuid": str(meta.table_uuid),
                 "location": norm_uri(table.location().rstrip("/")),
@@ -356,6 +350,17 @@ class IcebergTable(TableTarget):
 
     def _creatable_problems(self, schema: pa.Schema) -> list[str]:
         return creatable_problems(schema)
+
+    @contextmanager
+    def _proposed_table(self, schema: pa.Schema, scope: Scope) -> Iterator[Table]:
+        """The table :meth:`create_table` would make, in memory (:mod:`.iceberg_create`)."""
+        yield proposed_table(self.namespace + (self.identifier.split(".")[-1],),
+                             self.location(), schema, scope, self.file_io(), self.catalog())
+
+    def _commit_problems(self, table: Table, found: dict[str, Any],
+                         uris: list[str]) -> list[str]:
+        """The first commit builds each file's DataFile statistics against the new table."""
+        return stats_problems(table, found, uris)
 
 
 def _placeholder_schema() -> Any:

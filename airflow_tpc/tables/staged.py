@@ -94,7 +94,7 @@ def stats_bytes(table_key: Any, files: dict[str, dict[str, Any]],
                 manifest: str | None = None) -> bytes:
     """The ``_tpc_table_stats.json`` sidecar: what the check learned from the footers
     (per file: size, rows, format statistics) and the table state it checked them
-    against (``table_key``; null: no table yet).
+    against (``table_key``; a table not created yet: its creation proof's key).
 
     ``manifest``: the digest of the manifest sealed before it (the sensor's check of an
     attempt the job sealed), which cannot name the sidecar's sha256: the sidecar names

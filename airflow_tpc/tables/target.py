@@ -18,13 +18,15 @@ table's own history (Iceberg's snapshot summary, Delta's ``commitInfo``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from ..errors import TpcError
 from ..storage.ahead import ahead_pool
 from .scope import Scope
-from .staged import EPOCH_COLUMN, epoch_column_problems, read_footers, schema_error
+from .staged import EPOCH_COLUMN, epoch_column_problems, norm_uri, read_footers, schema_error
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -38,6 +40,11 @@ PROP_DIGEST = "airflow-tpc.manifest-digest"
 PROP_EPOCH = "airflow-tpc.epoch"
 PROP_ATTEMPT = "airflow-tpc.attempt"
 PROP_NAMESPACE = "airflow-tpc.namespace"
+
+#: The version of the proof, made before a decision, that a table not created yet can
+#: be created from the staged files (:meth:`TableTarget._creation_problems`); sealed in
+#: :meth:`TableTarget.new_table_key`.
+CREATION_PROOF = 1
 
 #: The default scope: the epoch's identity partition.
 EPOCH_SCOPE = Scope()
@@ -95,7 +102,7 @@ class TableTarget:
 
     def table_key(self, table: Any, scope: Scope = EPOCH_SCOPE) -> Any:
         """What the staged files were checked against (JSON): equal keys at pre-commit
-        and at commit mean the check holds still (None: no table)."""
+        and at commit mean the check holds still (no table: :meth:`new_table_key`)."""
         raise NotImplementedError
 
     def file_stats(self, footers: dict[str, Any], table: Any) -> dict[str, dict[str, Any]]:
@@ -251,6 +258,8 @@ class TableTarget:
                 problems += [f"{uri}: {p}" for p in verdicts[schema]]
         else:
             problems += self._new_table_problems(schemas, scope)
+            if not problems and schemas:
+                problems += self._creation_problems(schemas, scope, found, uris)
         if problems:
             raise schema_error(self.label, self.uri, epoch, problems, decided)
         return next(iter(schemas.values()), None)
@@ -281,6 +290,51 @@ class TableTarget:
     def _creatable_problems(self, schema: pa.Schema) -> list[str]:
         """Why no table of this format can be created from ``schema`` (none: it can)."""
         raise NotImplementedError
+
+    def _creation_problems(self, schemas: dict[str, pa.Schema], scope: Scope,
+                           found: dict[str, Any], uris: list[str]) -> list[str]:
+        """Why the switch could not create the table from these files and commit them to
+        it (none: it can).  Settled here, before the decision, in full: the table the
+        switch would create from the first file's schema is built the way the format's
+        library builds it, never written (:meth:`_proposed_table`), and the files are
+        checked against it exactly as the switch checks them against the table it
+        created (:meth:`_table_problems`, :meth:`_schema_check`), then what the commit
+        builds from them (:meth:`_commit_problems`).  A decision is never written that
+        no switch can carry out."""
+        try:
+            with self._proposed_table(next(iter(schemas.values())), scope) as proposed:
+                problems = self._table_problems(proposed, scope, found, uris, [])
+                fits = self._schema_check(proposed, scope)
+                for uri, schema in schemas.items():
+                    problems += [f"{uri}: {p}" for p in fits(schema)]
+                return problems or self._commit_problems(proposed, found, uris)
+        except (TpcError, NotImplementedError):  # a store's failure; a format's gap
+            raise
+        except Exception as exc:  # the library's refusal: one line, never its traceback
+            lines = str(exc).strip().splitlines()  # delta-rs appends its backtrace
+            return [f"no {self.label} table can be created from the staged schema: "
+                    f"{type(exc).__name__}: {lines[0] if lines else ''}"]
+
+    @contextmanager
+    def _proposed_table(self, schema: pa.Schema, scope: Scope) -> Iterator[Any]:
+        """The table the switch would create from ``schema`` for ``scope``, built by the
+        format's library where nothing reads it (in memory, or a scratch location
+        removed on exit); raises the library's error if it cannot be made."""
+        raise NotImplementedError
+        yield  # pragma: no cover
+
+    def _commit_problems(self, table: Any, found: dict[str, Any], uris: list[str]) -> list[str]:
+        """What the first commit would fail on building its commit from these files'
+        footers against the new ``table`` (default: nothing)."""
+        return []
+
+    def new_table_key(self, scope: Scope) -> dict[str, Any]:
+        """The sealed :meth:`table_key` of a table not created yet: the creation proof's
+        version, the location it was proven for and the scope.  A seal without it (a
+        pre-commit of an earlier release, or under another scope) is checked again
+        before the decision, creation proof included."""
+        return {"new_table": CREATION_PROOF, "location": norm_uri(self.location()),
+                "scope": scope.to_doc()}
 
     def _data_columns(self, schema: pa.Schema) -> pa.Schema:
         """What must be equal across the staged files a new table is created from."""
