@@ -20,6 +20,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from airflow_tpc import TxnState
 from airflow_tpc.tables import DeltaSink, TableSchemaError
+from airflow_tpc.tables.scope import Scope
 
 from ..core.helpers import full_tree, local_tree
 from .conftest import rows as epoch_rows
@@ -172,3 +173,70 @@ def test_superseded_staging_that_holds_a_symlink_is_kept_and_old_versions_stay_r
     old = DeltaTable(path, version=first).to_pyarrow_table()
     assert sorted(old["id"].to_pylist()) == [1, 2]
     assert local_tree(outside) != {}
+
+
+# ------------------------------------------ NaN: a float column's bounds prove nothing
+NAN = float("nan")
+
+
+def xs(pairs: list[tuple[int, float]]) -> pa.Table:
+    return pa.table({"id": pa.array([i for i, _ in pairs], pa.int64()),
+                     "x": pa.array([x for _, x in pairs], pa.float64())})
+
+
+def test_delta_replace_where_over_a_float_column_refuses_a_staged_nan(tmp_path):
+    """Parquet's min/max skip NaN: a file of 2.0 and NaN has bounds 2.0..2.0, which
+    "proved" ``x < 5`` though its NaN row is not selected by it, and the row was
+    published (found beside the null-count mutant; fixed in ``scope.proves``).  A
+    footer holds no NaN count, so a comparison of a float column is never proven: one
+    clear refusal that says so, nothing changed."""
+    path = str(tmp_path / "events")
+    write_deltalake(path, xs([(1, 1.0), (3, 7.0)]), mode="append")
+    version = DeltaTable(path).version()
+    sink = DeltaSink(f"delta+file://{path}", "events", replace_where="x < 5")
+    txn = sink.begin("e1")
+    write_parquet(sink, txn, "nan.parquet", xs([(10, 2.0), (11, NAN)]))
+    before = full_tree(sink)
+    with pytest.raises(TableSchemaError, match="nan.parquet lies in partition .* x is a "
+                                               "floating-point column: Parquet's bounds "
+                                               "skip NaN"):
+        sink.precommit(txn)
+    assert full_tree(sink) == before
+    assert DeltaTable(path).version() == version
+
+
+def test_delta_never_takes_a_table_file_with_a_nan_as_wholly_inside(tmp_path):
+    """A file of the table whose log bounds (1.0..1.0: NaN skipped) lie inside ``x < 5``
+    but which holds a NaN row is not "inside" (removed whole, the owner's NaN row
+    lost): it is unknown, so its rows are read (``delta_rewrite``)."""
+    path = str(tmp_path / "events")
+    write_deltalake(path, xs([(1, 1.0), (2, NAN)]), mode="append")
+    actions = pa.table(DeltaTable(path).get_add_actions(flatten=True))
+    bounds = {"x": (actions["min.x"][0].as_py(), actions["max.x"][0].as_py(),
+                    actions["null_count.x"][0].as_py())}
+    assert bounds == {"x": (1.0, 1.0, 0)}  # what the log says of the file
+    sink = DeltaSink(f"delta+file://{path}", "events", replace_where="x < 5")
+    scope = sink.table_target.scope_for(DeltaTable(path), Scope.of("x < 5"))
+    assert scope.classify(2, {}, bounds) == "unknown"
+    assert scope.classify(2, {}, {"x": (7.0, 9.0, 0)}) == "unknown"  # nor wholly outside
+
+
+@pytest.mark.parametrize("catalog_props", ["sql"], indirect=True)
+def test_iceberg_replace_where_over_a_float_column_refuses_a_staged_nan(
+        catalog_props, scoped):  # noqa: F811 (fixtures)
+    from pyiceberg.catalog import load_catalog
+
+    from .conftest import TABLE
+
+    catalog = load_catalog("local", **catalog_props)
+    catalog.create_namespace_if_not_exists("analytics")
+    table = catalog.create_table(TABLE, schema=xs([(1, 1.0)]).schema)
+    table.append(xs([(1, 1.0), (3, 7.0)]))
+    sink = scoped(replace_where="x < 5")
+    txn = sink.begin("e1")
+    write_parquet(sink, txn, "nan.parquet", xs([(10, 2.0), (11, NAN)]))
+    before = full_tree(sink)
+    with pytest.raises(TableSchemaError, match="nan.parquet: its statistics do not prove "
+                                               ".* x is a floating-point column"):
+        sink.precommit(txn)
+    assert full_tree(sink) == before
