@@ -168,9 +168,15 @@ def test_a_commit_keeps_an_abort_whose_staging_removal_failed_in_the_pending_ind
     sink.commit(txn)
     stage(sink, "1", {"a.parquet": b"zombie"})          # attempt 1: displaced below
     zombie_staging = sink.layout.staging("1", 1)
-    faulty.refuse = lambda op, args: op in ("delete_prefix", "delete_files") \
-        and str(args[0] if op == "delete_prefix" else list(args[0])).find(
-            zombie_staging) >= 0
+
+    def refuse(op: str, args: tuple) -> bool:
+        """The store refuses to delete anything of attempt 1's staging (a fenced job
+        still holds it open, say)."""
+        paths = [args[0]] if op == "delete_prefix" else list(args[0]) \
+            if op == "delete_files" else []
+        return any(str(p).startswith(zombie_staging) for p in paths)
+
+    faulty.refuse = refuse
     txn2, _ = stage(sink, "1", {"a.parquet": b"one"})
     sink.commit(txn2)  # aborts attempt 1; its staging cannot be removed yet
     assert faulty.refused >= 1
