@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .scope import Scope, proves
+from .scope import Scope, nan_note, proves
 from .staged import column_statistics
 
 #: Partition column types whose Delta string form is the value's ISO/decimal text.
@@ -173,7 +173,7 @@ class DeltaScope:
                 f"partition {values}, or its statistics of {', '.join(self.data_columns)},"
             return None, (f"{uri} lies in {where} outside replace_where "
                           f"{self.scope.where!r} (it holds rows of another epoch, or "
-                          "keeps no bounds to prove otherwise)")
+                          f"keeps no bounds to prove otherwise{nan_note(self._bound)})")
         return values, None
 
     def _internal(self, name: str, value: Any) -> Any:

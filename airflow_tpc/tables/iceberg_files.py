@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import TpcError
 from .iceberg_partitions import needs_data
-from .scope import Scope, proves
+from .scope import Scope, nan_note, proves
 from .staged import EPOCH_COLUMN, TableSchemaError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -69,11 +69,13 @@ def scope_problems(footers: dict[str, Any], uris: list[str], table: Table,
                     for fid, b in raw[key].items()}
 
         evidence = {"rows": md.num_rows, "lower": values("lower_bounds"),
-                    "upper": values("upper_bounds"), "nulls": raw["null_value_counts"]}
+                    "upper": values("upper_bounds"), "nulls": raw["null_value_counts"],
+                    "nans": raw.get("nan_value_counts") or {}}
         if not proves(bound, evidence):
             problems.append(f"{uri}: its statistics do not prove every row inside "
                             f"replace_where {scope.where!r} (it holds rows of another epoch, "
-                            "or the table keeps no bounds for those columns)")
+                            f"or the table keeps no bounds for those columns"
+                            f"{nan_note(bound)})")
     return problems
 
 

@@ -150,9 +150,11 @@ def _literal(value: Any) -> str:
 def proves(expr: Any, stats: Mapping[str, Any]) -> bool:
     """Whether a file's statistics prove that *every* row satisfies the bound predicate
     ``expr``.  ``stats``: ``rows``, and per field id ``lower``/``upper`` (the format's
-    internal values, e.g. days for a date) and ``nulls``.  Conservative: False whenever
-    the statistics cannot prove it (a missing bound, a truncated string bound), so a
-    staged file is refused rather than published partly outside its epoch."""
+    internal values, e.g. days for a date), ``nulls`` and (optional) ``nans``.
+    Conservative: False whenever the statistics cannot prove it (a missing bound, a
+    truncated string bound, a float column whose NaN count is not known to be 0), so a
+    staged file is refused rather than published partly outside its epoch, and a
+    table's file is never taken as wholly inside a predicate some row of it fails."""
     from pyiceberg.expressions import (
         AlwaysTrue,
         And,
@@ -167,6 +169,7 @@ def proves(expr: Any, stats: Mapping[str, Any]) -> bool:
         BoundNotNull,
         Or,
     )
+    from pyiceberg.types import DoubleType, FloatType
 
     if stats["rows"] == 0 or isinstance(expr, AlwaysTrue):
         return True
@@ -186,6 +189,12 @@ def proves(expr: Any, stats: Mapping[str, Any]) -> bool:
         return False
     if isinstance(expr, BoundNotNull):
         return True
+    if isinstance(term.ref().field.field_type, (FloatType, DoubleType)) \
+            and stats.get("nans", {}).get(fid) != 0:
+        # Parquet's min/max skip NaN, and engines disagree on which comparisons select
+        # a NaN row (IEEE: none; Spark: NaN is the largest value): bounds prove nothing
+        # while one may hide behind them.  Only a NaN count of 0 (Iceberg's) settles it.
+        return False
     if isinstance(expr, BoundIn):
         return lo == hi and lo in {lit.value for lit in expr.literals}
     value = expr.literal.value
@@ -198,3 +207,27 @@ def proves(expr: Any, stats: Mapping[str, Any]) -> bool:
         if isinstance(expr, kind):
             return bool(check())
     return False
+
+
+def nan_note(expr: Any) -> str:
+    """For a refusal: the floating-point columns a bound predicate compares, whose
+    footer bounds skip NaN (:func:`proves` never takes them as proof); "" if none."""
+    from pyiceberg.types import DoubleType, FloatType
+
+    names: set[str] = set()
+
+    def walk(node: Any) -> None:
+        for child in ("left", "right", "child"):
+            if getattr(node, child, None) is not None:
+                walk(getattr(node, child))
+        term = getattr(node, "term", None)
+        if term is not None and isinstance(term.ref().field.field_type,
+                                           (FloatType, DoubleType)):
+            names.add(term.ref().field.name)
+
+    walk(expr)
+    if not names:
+        return ""
+    return (f"; {', '.join(sorted(names))} is a floating-point column: Parquet's bounds "
+            "skip NaN, so they never prove a comparison of it (compare a column of "
+            "another type)")
