@@ -21,7 +21,7 @@ from .errors import GroupMemberError, InvalidState, LedgerError, ManifestError, 
 from .faults import crashpoint
 from .ledger import AttemptRecords, epoch_sort_key
 from .manifest import MANIFEST_NAME, Manifest
-from .member_guard import kept_for_group
+from .member_guard import check_member_commit, kept_for_group
 from .records import (
     ABANDONED,
     BEGIN,
@@ -129,6 +129,9 @@ class SinkFinish(SinkClaim):
         attempt, decision = won
         rec = attempts[attempt]
         if PUBLISHED not in rec.kinds:
+            # a group member's copy must be its group's decision (§14.3): never promote
+            # one the group did not make
+            check_member_commit(self, epoch, attempt, decision.manifest_digest, rec)
             fresh = known is not None and known.attempt == attempt \
                 and known.digest == decision.manifest_digest
 

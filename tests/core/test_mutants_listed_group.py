@@ -109,8 +109,7 @@ def test_a_member_decision_not_carrying_the_groups_digest_is_refused(local):  # 
     """group_finish.decide_member: the member's decision must commit the manifest the
     group decided.  A decision found there for other files (the staging re-sealed and a
     record written by hand) is refused by the group's commit and none of those files is
-    published.  (The member target's own recover still rolls such a record forward:
-    docs/mutation-listed.md, "left open".)"""
+    published, nor by the member's own recover or commit (member_guard.py)."""
     group = _group(local)
     gtxn = _stage(group, "5", NEW)
     _crash_after_decision(group, gtxn)
@@ -133,6 +132,15 @@ def test_a_member_decision_not_carrying_the_groups_digest_is_refused(local):  # 
     assert full_tree(daily) == before
     assert Sink(daily.target, NS).committed_files() == {}
     assert _group(local).stable_epochs() == {}
+    # Nor does the member's own recover (or commit) carry out a copy its group never made.
+    with pytest.raises(TpcError, match="epoch 5: .* but the group decided commit of manifest"):
+        Sink(daily.target, NS).recover()
+    with pytest.raises(TpcError, match="but the group decided commit of manifest"):
+        Sink(daily.target, NS).commit(daily.transaction("5", 1))
+    # the recover's pending index (bookkeeping, §5.8) aside, nothing changed
+    assert {p: b for p, b in full_tree(daily).items() if not p.endswith("pending/index.json")
+            } == {p: b for p, b in before.items() if not p.endswith("pending/index.json")}
+    assert Sink(daily.target, NS).committed_files() == {}
 
 
 # -------------------------------------------- a group commit rolls earlier ones forward
