@@ -35,6 +35,9 @@ export PYTHONPATH="$PWD/mutants"
 start=$(date +%s)
 # --max-children: mutmut forks one worker per mutant, this many at a time.
 mkdir -p mutants
+# tests/duckdb_readers.py runs DuckDB's readers from <project>/.venv-readers, and the
+# tests run inside mutants/.
+[ -e .venv-readers ] && ln -sfn "$(readlink -f .venv-readers)" mutants/.venv-readers
 nice -n 10 .venv/bin/mutmut run --max-children "${MUTATE_JOBS:-2}" "${globs[@]}" 2>&1 \
     | tee mutants/run.log | tail -n 25
 echo "mutmut took $(( $(date +%s) - start )) s at $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- airflow_tpc || echo ' (+ uncommitted changes)')"
