@@ -1,5 +1,5 @@
-"""``recover(dry_run=True)`` in-process: the plan is exactly what the real recover then
-does, and the plan changes nothing.
+"""``recover(dry_run=True)`` and ``gc(dry_run=True)`` in-process: the plan is exactly
+what the real recover then does, and the plan changes nothing.
 
 tests/core/test_dry_run.py proves the same through the CLI, in a child process; mutation
 testing (docs/mutation.md) selects tests by what they run in-process, so 30 mutants of
@@ -34,6 +34,10 @@ def test_the_plan_is_what_recover_then_does_and_changes_nothing(tmp_path):
     assert plan.aborted == [("e5", 1, "superseded"), ("e6", 1, "superseded")]
     assert sorted(plan.cleaned) == [("e4", 1), ("e7", 1), ("e8", 1)]
     assert plan.errors == [] and plan.abandoned == []
+    # gc's dry run likewise: the same finished staging named, nothing removed (a gc that
+    # dropped dry_run would delete it here).
+    assert sorted(sink.gc(dry_run=True)) == sorted(plan.cleaned)
+    assert full_tree(sink) == before
 
     report = sink.recover()
     assert not report.dry_run
