@@ -46,10 +46,10 @@ def collect(root: Path, globs: list[str]) -> dict[str, dict[str, str]]:
     return out
 
 
-def score(counts: Counter) -> float:
-    """Killed (timeouts included) over all mutants run or unreached."""
+def score(counts: Counter) -> str:
+    """Killed (timeouts included) over all mutants run or unreached; "–" when none was."""
     total = sum(counts[c] for c in COLUMNS if c != "not run")
-    return 100.0 * (counts["killed"] + counts["timeout"]) / total if total else 0.0
+    return f"{100.0 * (counts['killed'] + counts['timeout']) / total:.1f} %" if total else "–"
 
 
 def table(results: dict[str, dict[str, str]]) -> str:
@@ -61,9 +61,9 @@ def table(results: dict[str, dict[str, str]]) -> str:
         counts = Counter(statuses.values())
         total += counts
         rows.append([module, str(len(statuses)), *(str(counts[c]) for c in COLUMNS),
-                     f"{score(counts):.1f} %"])
+                     score(counts)])
     rows.append(["**total**", str(sum(total.values())), *(str(total[c]) for c in COLUMNS),
-                 f"{score(total):.1f} %"])
+                 score(total)])
     return "\n".join("| " + " | ".join(r) + " |" for r in rows)
 
 
