@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Mutation testing of the protocol core (issue 32 §3; docs/mutation.md): mutmut 3 over
+# the modules named, against the fast local core tests ([tool.mutmut] in pyproject.toml).
+# Not part of .ci/run: a full run takes tens of minutes of CPU.
+#
+#   scripts/mutate.sh                  the modules that guard data (ledger, records, sink*,
+#                                      marker, promote, placement, group*)
+#   scripts/mutate.sh all              every module in [tool.mutmut] only_mutate
+#   scripts/mutate.sh ledger 'sink*' tables/scope    the modules named (globs allowed)
+#
+# Prints the score per module and writes each surviving mutant's diff to
+# mutants/survivors.txt.  Results are cached in mutants/ (gitignored): a later run
+# re-tests only functions whose code changed, and new tests rerun mutmut's stats for
+# those tests alone; `rm -rf mutants` starts afresh.  MUTATE_JOBS (default 2) sets the
+# worker processes; they run under nice -n 10, the machine is shared.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -x .venv/bin/mutmut ] || { echo "mutmut is not installed: pip install -e '.[dev]'" >&2; exit 2; }
+
+DATA=(ledger records 'sink*' marker promote placement 'group*')
+ALL=("${DATA[@]}" 'manifest*' layout tables/scope tables/delta_scope tables/iceberg_partitions)
+if [ $# -eq 0 ]; then set -- "${DATA[@]}"; elif [ "$1" = all ]; then set -- "${ALL[@]}"; fi
+
+globs=()
+for m in "$@"; do
+    m=${m#airflow_tpc/}; m=${m%.py}
+    globs+=("airflow_tpc.${m//\//.}.*")
+done
+
+export SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON="$PWD/.venv/bin/python"
+export PATH="$PWD/.venv/bin:$PATH"
+# Tests that start a child Python (the CLI's) must import the mutated copy, not the
+# editable install; MUTANT_UNDER_TEST reaches the child through the environment.
+export PYTHONPATH="$PWD/mutants"
+start=$(date +%s)
+# --max-children: mutmut forks one worker per mutant, this many at a time.
+mkdir -p mutants
+# tests/duckdb_readers.py runs DuckDB's readers from <project>/.venv-readers, and the
+# tests run inside mutants/.
+[ -e .venv-readers ] && ln -sfn "$(readlink -f .venv-readers)" mutants/.venv-readers
+nice -n 10 .venv/bin/mutmut run --max-children "${MUTATE_JOBS:-2}" "${globs[@]}" 2>&1 \
+    | tee mutants/run.log | tail -n 25
+echo "mutmut took $(( $(date +%s) - start )) s at $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- airflow_tpc || echo ' (+ uncommitted changes)')"
+.venv/bin/python scripts/mutate_report.py "${globs[@]}"
