@@ -4,7 +4,7 @@
 when a table's staging is removed (``TableLayout.remove_staging``) and the partition
 check that reads a staged file's values (``iceberg_partitions``).  Real delta-rs, real
 pyiceberg on its SQL catalog, Parquet written by pyarrow into staging as a job writes
-it.  docs/mutation-listed.md has the mutants and how each was checked.
+it.  docs/mutation.md ("Listed survivors of the issue") has the mutants and how each was checked.
 """
 
 from __future__ import annotations
