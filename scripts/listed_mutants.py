@@ -6,7 +6,8 @@ A mutant is one textual edit of one guard (``old`` must occur exactly once in it
 For each: the killing tests must FAIL with the mutant in place; with ``--neighbours``
 the existing modules named beside it are run too, and are expected to PASS (that is
 the issue's claim: the suite before these tests did not notice).  The file is always
-restored, also on Ctrl-C.  docs/mutation.md ("Listed survivors of the issue") is the table this prints.
+restored, also on Ctrl-C.  docs/mutation.md ("Listed survivors of the issue") is the
+table this prints.
 """
 
 from __future__ import annotations

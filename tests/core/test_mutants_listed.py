@@ -1,7 +1,8 @@
 """Issue 32 §3: the surviving mutants of the protocol core the issue lists, each killed.
 
 Each test names the guard it pins and fails when that guard is mutated as the table in
-``docs/mutation.md ("Listed survivors of the issue")`` says (checked by applying the mutant by hand).  Real parts
+``docs/mutation.md`` ("Listed survivors of the issue") says (checked by applying the
+mutant by hand).  Real parts
 only: local folders and moto's S3 server; a store wrapper here only interleaves a
 second writer's real requests with the sink's, as ``faulty.py`` refuses them.
 """

@@ -3,7 +3,8 @@
 Every test asserts what readers see and what is refused — the group's consistent cut,
 each member's published files and transaction states — never which internal step ran,
 so they hold whichever way the group's guards and cut are arranged.  Real local
-folders; docs/mutation.md ("Listed survivors of the issue") has the mutants and how each was checked.
+folders; docs/mutation.md ("Listed survivors of the issue") has the mutants and how
+each was checked.
 """
 
 from __future__ import annotations
