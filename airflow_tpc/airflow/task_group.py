@@ -215,6 +215,10 @@ def _protocol_tasks(submit: BaseOperator, shared: dict[str, Any], kinds: tuple[t
     commit, abort when any of them fails, ``committed`` the one leaf."""
     sensor_cls, commit_cls, abort_cls = kinds
     extra = {k: dict(v) for k, v in (task_kwargs or {}).items()}
+    unknown = set(extra) - {"wait_precommit", "commit", "abort"}
+    if unknown:  # "submit" is the caller's own task here: its arguments are the caller's
+        raise ValueError(f"task_kwargs names no task after submit: {', '.join(sorted(unknown))}"
+                         "; these tasks take arguments: wait_precommit, commit, abort")
     wait = sensor_cls(task_id="wait_precommit", submit_task_id=submit.task_id,
                       **{"mode": sensor_mode, "deferrable": deferrable,
                          "poke_interval": poke_interval, "timeout": sensor_timeout,

@@ -75,6 +75,22 @@ def test_commit_retries_by_default_and_every_task_takes_its_own_arguments(airflo
         _build(task_kwargs={"comit": {"retries": 1}}, **where)
 
 
+def test_the_wiring_after_a_submit_of_ones_own_refuses_arguments_for_that_submit(airflow_db):
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG
+
+    from airflow_tpc.airflow.task_group import exactly_once_tasks
+
+    with DAG("retry_args_own_submit", schedule=None, start_date=datetime(2026, 1, 1)):
+        submit = EmptyOperator(task_id="submit")
+        with pytest.raises(ValueError, match="task_kwargs names no task after submit: submit"):
+            exactly_once_tasks(submit, target="/data/t", namespace="n",
+                               task_kwargs={"submit": {"retries": 1}})
+        tasks = exactly_once_tasks(submit, target="/data/t", namespace="n",
+                                   task_kwargs={"commit": {"retries": 0}})
+    assert tasks["commit"].retries == 0
+
+
 def test_a_commit_try_lost_before_its_decision_is_retried_and_publishes_once(dagbag,
                                                                              data_root):
     from .dags.tpc_it_commit_retry import NAMESPACE, TARGET
