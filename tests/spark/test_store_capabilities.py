@@ -83,9 +83,10 @@ def test_the_job_transaction_follows_the_store_class_not_the_uri(tmp_path, monke
     seen: dict[str, object] = {}
     real_sink = committed_mod.Sink
 
-    def spy(target: str, namespace: str, storage_options: object = None) -> Sink:
+    def spy(target: str, namespace: str, storage_options: object = None,
+            **kwargs: object) -> Sink:
         seen["options"] = storage_options
-        return real_sink(target, namespace)
+        return real_sink(target, namespace, **kwargs)
 
     monkeypatch.setattr(committed_mod, "Sink", spy)
     committed_mod.reader_sink(sink.target, {"region_name": "r"})
