@@ -28,7 +28,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..manifest import Manifest
     from ..storage import Storage
     from ..transaction import Transaction
-    from .base import TableSink
 
 log = logging.getLogger("airflow_tpc")
 
@@ -229,8 +228,9 @@ def sealed_or_read(read: Callable[[list[str]], tuple[dict[str, Any], list[str]]]
     return got, {u: found[u] for u in uris if u not in got}
 
 
-def check_sealed(sink: TableSink, txn: Transaction, manifest: Manifest) -> None:
-    """The table's check of an attempt sealed already — the sensor's, for a job that
+def check_sealed(sink: Any, txn: Transaction, manifest: Manifest) -> None:
+    """The table's check of an attempt sealed already (``sink``: a ``TableSink``; not
+    imported here, which base.py imports) — the sensor's, for a job that
     sealed with the core alone — and the first read of its footers: what it learns is
     sealed for every later step (a deferred sensor's second look, the commit's check
     before its decision, the switch), so each footer is read once.
