@@ -283,7 +283,10 @@ def test_postgres_and_celery_exactly_once(tmp_path, monkeypatch):
             time.sleep(0.5)
         survivors = {"worker-1", "worker-2"} - victims
         if not survivors:  # both paused tasks had a worker each: a node comes back
-            local.start_worker("worker-1")
+            # Through the recipe's command with the environment `start` was given (the
+            # DAGs read TPC_IT_ROOT and TPC_IT_KILL_FLAG from it), as an operator would.
+            again = _run(env, "start-worker", "worker-1", timeout=420)
+            assert again.returncode == 0, again.stdout + again.stderr
             survivors = {"worker-1"}
         phase(f"{', '.join(sorted(victims))} killed; retries on {', '.join(survivors)}")
         # Pre-committed, undecided: nothing in the ledger says COMMITTED yet.
