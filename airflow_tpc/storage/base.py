@@ -65,6 +65,10 @@ class Storage(ABC):
     #: The checksum a listing gives for free ("etag" on S3), or None: staged files
     #: are then hashed where the bytes are.
     native_checksum: str | None = None
+    #: True when a single-part object's ETag is the MD5 of its bytes (S3): an ``md5:``
+    #: checksum measured by the writer can then be checked, and guard a copy, by ETag.
+    #: Azure's ETags are opaque version tokens: never taken for an MD5 (fails closed).
+    etag_is_md5: bool = False
     #: False only for stores that cannot hold symbolic or hard links (object stores).
     #: A store that can must implement :meth:`check_real_dirs`; the default refuses.
     has_links: bool = True

@@ -44,6 +44,7 @@ class S3Storage(S3Copies, Storage):
     has_links = False  # keys are not links: nothing below a prefix leads elsewhere
     server_side_copy = True
     native_checksum = "etag"
+    etag_is_md5 = True  # a single-part object's ETag is its MD5 (multipart ones hold a "-")
     takes_credentials = True
     spark_native = False  # pyspark ships no hadoop-aws: s3a:// needs jars on the cluster
 

@@ -1,0 +1,118 @@
+"""Azure Blob Storage / ADLS Gen2: what a target URI names, which storage options a store
+takes, which of them may be shown, and how an Azure error is told without its message.
+
+Apart from :class:`~airflow_tpc.storage.azure.AzureStorage` because the Airflow layer and
+the job's payload ask these too, and they need neither azure-storage-blob nor adlfs.
+
+URIs (docs/storage.md):
+
+- ``az://<container>/<path>`` — the account comes from the storage options
+  (``account_name``, or the connection string, or the endpoint);
+- ``abfs[s]://<container>@<account>.dfs.core.windows.net/<path>`` — the account is in
+  the URI (ADLS Gen2's spelling, the one Hadoop's ABFS connector uses).
+
+A store path is ``<container>/<path>``, as an S3 store path is ``<bucket>/<key>``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import urlparse
+
+from ..errors import UnsupportedStorage
+from .s3_endpoint import check_endpoint_url, redact_endpoint_url
+
+#: The schemes of an Azure target (adlfs registers the same three with fsspec).
+AZURE_SCHEMES = ("az", "abfs", "abfss")
+#: Options that may travel (operator arguments, XCom, the Spark conf) and be shown.
+PUBLIC_AZURE_KEYS = ("endpoint_url", "account_name")
+#: Options that are secrets: never formatted into a message, a ``repr`` or the payload.
+SECRET_AZURE_KEYS = ("account_key", "sas_token", "connection_string", "client_secret")
+#: Every option the store takes.
+AZURE_KEYS = (*PUBLIC_AZURE_KEYS, *SECRET_AZURE_KEYS, "tenant_id", "client_id",
+              "max_attempts", "connect_timeout", "read_timeout")
+#: Azure's rule for container names (3-63 of a-z, 0-9 and single hyphens inside).
+_CONTAINER = re.compile(r"[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){2,62}")
+_ACCOUNT = re.compile(r"[a-z0-9]{3,24}")
+#: What Azure answers to a request the caller may not make.
+DENIED_CODES = ("AuthenticationFailed", "AuthorizationFailure",
+                "AuthorizationPermissionMismatch", "InsufficientAccountPermissions",
+                "AccountIsDisabled")
+
+
+def parse_azure_uri(uri: str, options: dict[str, Any] | None) -> tuple[str, str | None, str]:
+    """``(store_path, account_from_uri, host)`` of an Azure target URI, or one clear
+    :class:`UnsupportedStorage` (the URI never carries a secret: no query, no user part
+    other than the container)."""
+    parsed = urlparse(uri)
+    scheme = parsed.scheme.lower()
+    if parsed.query or parsed.fragment or parsed.params:
+        raise UnsupportedStorage(f"target {uri!r} has a query or fragment (a SAS token?); use "
+                                 f"{scheme}://container/path and give credentials as storage "
+                                 "options or a connection")
+    container, at, host = parsed.netloc.partition("@")
+    account = None
+    if at:
+        if ":" in container:
+            raise UnsupportedStorage(f"target {uri!r} has a user:password part; the part "
+                                     "before '@' must be the container")
+        account = host.split(".", 1)[0].lower()
+        if not _ACCOUNT.fullmatch(account) or "." not in host:
+            raise UnsupportedStorage(
+                f"target {uri!r} does not name an account host: write "
+                f"{scheme}://<container>@<account>.dfs.core.windows.net/<path>")
+    if not container:
+        raise UnsupportedStorage(f"target {uri!r} has no container")
+    if not _CONTAINER.fullmatch(container):
+        raise UnsupportedStorage(
+            f"target {uri!r}: {container!r} is not an Azure container name (3-63 lowercase "
+            "letters, digits and single hyphens, starting and ending with a letter or digit)")
+    named = (options or {}).get("account_name")
+    if account and named and str(named).lower() != account:
+        raise UnsupportedStorage(f"target {uri!r} names account {account!r} but the storage "
+                                 f"options name {named!r}; they must agree")
+    path = f"{container}/{parsed.path.strip('/')}".rstrip("/")
+    return path, account, host if at else ""
+
+
+def check_azure_options(options: dict[str, Any] | None) -> dict[str, Any]:
+    """The options, checked: known names only (a typo would silently mean another
+    identity), an endpoint that carries no secret.  Messages name options, never values."""
+    opts = dict(options or {})
+    unknown = sorted(set(opts) - set(AZURE_KEYS))
+    if unknown:
+        raise UnsupportedStorage(f"Azure storage options {unknown} are not known; use "
+                                 f"{sorted(AZURE_KEYS)}")
+    if opts.get("endpoint_url") is not None:
+        check_endpoint_url(opts["endpoint_url"], "Azure endpoint_url")
+    return opts
+
+
+def public_azure_options(options: dict[str, Any] | None) -> dict[str, Any]:
+    """What may be shown or travel: the endpoint (redacted) and the account name."""
+    out = {k: options[k] for k in PUBLIC_AZURE_KEYS if options and options.get(k) is not None}
+    if "endpoint_url" in out:
+        out["endpoint_url"] = redact_endpoint_url(out["endpoint_url"])
+    return out
+
+
+def connection_string_parts(value: str) -> dict[str, str]:
+    """``Key=value;...`` of an Azure connection string, keys lower-cased."""
+    parts: dict[str, str] = {}
+    for item in str(value).split(";"):
+        key, eq, val = item.partition("=")
+        if eq:
+            parts[key.strip().lower()] = val.strip()
+    return parts
+
+
+def error_code(exc: BaseException) -> str:
+    """Azure's error code (``BlobAlreadyExists``, ``ConditionNotMet``...) or the
+    exception's class name: never its message, which may quote a signed URL."""
+    return str(getattr(exc, "error_code", None) or type(exc).__name__)
+
+
+def http_status(exc: BaseException) -> int | None:
+    status = getattr(exc, "status_code", None)
+    return int(status) if isinstance(status, int) else None
