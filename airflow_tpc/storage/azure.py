@@ -35,6 +35,7 @@ from .azure_options import (
     error_code,
     http_status,
     public_azure_options,
+    with_environment,
 )
 from .base import ObjectInfo, Storage
 
@@ -73,6 +74,7 @@ class AzureStorage(AzureCopies, Storage):
         self._options = check_azure_options(options)
         if account and not self._options.get("account_name"):
             self._options["account_name"] = account
+        self._options = with_environment(self._options)
         self._uri_scheme, self._uri_host = uri_scheme, uri_host
         self.copy_workers = copy_workers
         self._service: Any = None

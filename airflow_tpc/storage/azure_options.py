@@ -16,6 +16,7 @@ A store path is ``<container>/<path>``, as an S3 store path is ``<bucket>/<key>`
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 from urllib.parse import urlparse
@@ -30,8 +31,15 @@ PUBLIC_AZURE_KEYS = ("endpoint_url", "account_name")
 #: Options that are secrets: never formatted into a message, a ``repr`` or the payload.
 SECRET_AZURE_KEYS = ("account_key", "sas_token", "connection_string", "client_secret")
 #: Every option the store takes.
+#: ``region_name`` is S3's (the CLI and connections may pass it): taken and unused.
 AZURE_KEYS = (*PUBLIC_AZURE_KEYS, *SECRET_AZURE_KEYS, "tenant_id", "client_id",
-              "max_attempts", "connect_timeout", "read_timeout")
+              "max_attempts", "connect_timeout", "read_timeout", "region_name")
+#: The environment a store falls back to when its options hold no credential (the names
+#: the Azure CLI, adlfs and Azure's SDKs read), as S3 falls back to ``AWS_*``.
+AZURE_ENV = {"AZURE_STORAGE_CONNECTION_STRING": "connection_string",
+             "AZURE_STORAGE_ACCOUNT_NAME": "account_name",
+             "AZURE_STORAGE_ACCOUNT_KEY": "account_key",
+             "AZURE_STORAGE_SAS_TOKEN": "sas_token"}
 #: Azure's rule for container names (3-63 of a-z, 0-9 and single hyphens inside).
 _CONTAINER = re.compile(r"[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){2,62}")
 _ACCOUNT = re.compile(r"[a-z0-9]{3,24}")
@@ -48,15 +56,17 @@ def parse_azure_uri(uri: str, options: dict[str, Any] | None) -> tuple[str, str 
     parsed = urlparse(uri)
     scheme = parsed.scheme.lower()
     if parsed.query or parsed.fragment or parsed.params:
-        raise UnsupportedStorage(f"target {uri!r} has a query or fragment (a SAS token?); use "
-                                 f"{scheme}://container/path and give credentials as storage "
-                                 "options or a connection")
+        # not repeated: a query is where a SAS token would be
+        raise UnsupportedStorage(f"the {scheme}:// target has a query or fragment (a SAS "
+                                 f"token?); use {scheme}://container/path and give "
+                                 "credentials as storage options or a connection")
     container, at, host = parsed.netloc.partition("@")
     account = None
     if at:
         if ":" in container:
-            raise UnsupportedStorage(f"target {uri!r} has a user:password part; the part "
-                                     "before '@' must be the container")
+            raise UnsupportedStorage(f"the {scheme}:// target has a user:password part (not "
+                                     "repeated here); the part before '@' must be the "
+                                     "container")
         account = host.split(".", 1)[0].lower()
         if not _ACCOUNT.fullmatch(account) or "." not in host:
             raise UnsupportedStorage(
@@ -89,6 +99,17 @@ def check_azure_options(options: dict[str, Any] | None) -> dict[str, Any]:
     return opts
 
 
+def with_environment(options: dict[str, Any]) -> dict[str, Any]:
+    """``options``, or where they hold no credential, completed from :data:`AZURE_ENV`."""
+    if any(options.get(k) for k in SECRET_AZURE_KEYS):
+        return options
+    out = dict(options)
+    for var, key in AZURE_ENV.items():
+        if os.environ.get(var) and not out.get(key):
+            out[key] = os.environ[var]
+    return out
+
+
 def public_azure_options(options: dict[str, Any] | None) -> dict[str, Any]:
     """What may be shown or travel: the endpoint (redacted) and the account name."""
     out = {k: options[k] for k in PUBLIC_AZURE_KEYS if options and options.get(k) is not None}
@@ -110,7 +131,8 @@ def connection_string_parts(value: str) -> dict[str, str]:
 def error_code(exc: BaseException) -> str:
     """Azure's error code (``BlobAlreadyExists``, ``ConditionNotMet``...) or the
     exception's class name: never its message, which may quote a signed URL."""
-    return str(getattr(exc, "error_code", None) or type(exc).__name__)
+    code = getattr(exc, "error_code", None)
+    return str(getattr(code, "value", code) or type(exc).__name__)  # an enum's value
 
 
 def http_status(exc: BaseException) -> int | None:
