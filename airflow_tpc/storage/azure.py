@@ -29,7 +29,10 @@ from ..errors import StorageError, UnsupportedStorage
 from .ahead import MISS, ReadAhead
 from .azure_copy import AzureCopies, RangedBlob
 from .azure_options import (
+    AZURE_ENV,
     DENIED_CODES,
+    SERVICE_PRINCIPAL_ENV,
+    adlfs_options,
     check_azure_options,
     connection_string_parts,
     error_code,
@@ -51,6 +54,13 @@ class AzureStorage(AzureCopies, Storage):
     native_checksum = "etag"
     takes_credentials = True
     spark_native = False  # pyspark ships no hadoop-azure: the tpc data source writes it
+    credential_env = {**AZURE_ENV, **SERVICE_PRINCIPAL_ENV}
+
+    @classmethod
+    def fsspec_options(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """adlfs's spelling: an account key with an endpoint (Azurite, a private endpoint)
+        becomes a connection string, the one way adlfs takes an http(s) endpoint."""
+        return adlfs_options(options)
 
     @classmethod
     def lineage_name(cls, uri: str) -> tuple[str, str]:

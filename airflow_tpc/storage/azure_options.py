@@ -99,6 +99,29 @@ def check_azure_options(options: dict[str, Any] | None) -> dict[str, Any]:
     return opts
 
 
+#: A service principal's variables (DefaultAzureCredential reads them too).
+SERVICE_PRINCIPAL_ENV = {"AZURE_TENANT_ID": "tenant_id", "AZURE_CLIENT_ID": "client_id",
+                         "AZURE_CLIENT_SECRET": "client_secret"}
+
+
+def adlfs_options(options: dict[str, Any]) -> dict[str, Any]:
+    """``adlfs.AzureBlobFileSystem``'s spelling of the store's options."""
+    opts = with_environment(dict(options))
+    out: dict[str, Any] = {}
+    if opts.get("connection_string"):
+        out["connection_string"] = opts["connection_string"]
+    elif opts.get("endpoint_url") and opts.get("account_key"):
+        scheme = str(opts["endpoint_url"]).split("://", 1)[0]
+        out["connection_string"] = (
+            f"DefaultEndpointsProtocol={scheme};AccountName={opts.get('account_name')};"
+            f"AccountKey={opts['account_key']};BlobEndpoint={opts['endpoint_url']};")
+    else:
+        out.update({k: opts[k] for k in ("account_name", "account_key", "sas_token",
+                                         "tenant_id", "client_id", "client_secret")
+                    if opts.get(k)})
+    return out
+
+
 def with_environment(options: dict[str, Any]) -> dict[str, Any]:
     """``options``, or where they hold no credential, completed from :data:`AZURE_ENV`."""
     if any(options.get(k) for k in SECRET_AZURE_KEYS):

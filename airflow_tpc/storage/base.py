@@ -78,6 +78,15 @@ class Storage(ABC):
     #: True when Spark as shipped (no extra connector jars) reads and writes the
     #: store natively; otherwise the ``tpc`` data source or pyarrow reaches it.
     spark_native: bool = True
+    #: The environment variables a job finds this store's credentials in (variable ->
+    #: storage option); a credentials file shipped with the job holds the same names.
+    credential_env: dict[str, str] = {}  # noqa: RUF012 - read only, per class
+
+    @classmethod
+    def fsspec_options(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """The storage options spelled the way this store's fsspec file system takes them
+        (the job's ``tpc`` data source and readers); a local disk takes none."""
+        return {}
 
     # -- naming (class methods: asked of a URI before any store is built) ------
     @classmethod
