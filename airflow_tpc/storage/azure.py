@@ -93,6 +93,11 @@ class AzureStorage(AzureCopies, Storage):
     def __repr__(self) -> str:  # never show credentials
         return f"AzureStorage({public_azure_options(self._options)})"
 
+    def options_for_clients(self) -> dict[str, Any]:
+        """Every option, secrets included, for another client of the same store (delta-rs);
+        never log it."""
+        return dict(self._options)
+
     def public_options(self) -> dict[str, Any]:
         """Options that may travel (to Spark conf, XCom): endpoint and account name only."""
         return public_azure_options(self._options)
