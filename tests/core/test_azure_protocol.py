@@ -81,7 +81,9 @@ def test_sigkill_during_recover_then_rerun_on_azure(step, request, tmp_path, mon
 
 
 # ------------------------------------------- bad input: refused, nothing changed
-@pytest.mark.parametrize("forgery", sorted(checks.FORGERIES))
+#: Two of test_checks_exist's forgeries (a foreign staging URI, an attempt never begun):
+#: the same check refuses the others, which run on local disks and S3 (CI time).
+@pytest.mark.parametrize("forgery", ["attempt-not-begun", "staging_uri"])
 def test_forged_transaction_is_refused_and_changes_nothing_on_azure(world, forgery):
     checks.test_forged_transaction_is_refused_and_changes_nothing(world, forgery)
 
@@ -91,6 +93,6 @@ def test_manifest_with_changed_target_changes_nothing_on_azure(world, other_targ
     checks.test_manifest_with_changed_target_is_refused_and_changes_nothing(world, other_target)
 
 
-@pytest.mark.parametrize("change", ["file-added", "file-removed", "file-resized"])
+@pytest.mark.parametrize("change", ["file-added", "file-resized"])
 def test_reprecommit_after_staging_changed_is_refused_on_azure(world, change):
     checks.test_reprecommit_after_staging_changed_is_refused(world, change)

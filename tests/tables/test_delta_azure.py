@@ -47,3 +47,18 @@ def test_azure_commit_rerun_crash_after_the_table_commit_and_gc(azurite, caplog)
     assert sink.committed_files(["5"]) == {"5": [
         f"az://{sink.layout.staging('5', 2)}/part-0.parquet"]}
     assert azurite.options()["account_key"] not in caplog.text
+
+
+def test_bad_azure_delta_targets_are_refused_and_keys_never_shown(azurite):
+    from airflow_tpc import TpcError
+    from airflow_tpc.tables import open_table_sink
+    from airflow_tpc.tables.delta import DeltaTarget
+
+    for bad, says in (("delta+az:///x", "not a Delta target"),
+                      ("delta+az://Bad_Container/x", "not an Azure container name"),
+                      ("delta+az://lake/x?sig=1", "not a Delta target")):
+        with pytest.raises(TpcError, match=says):
+            open_table_sink(bad, "events", storage_options=azurite.options())
+    target = DeltaTarget.parse("delta+az://lake/t", azurite.options())
+    key = azurite.options()["account_key"]
+    assert key not in repr(target) and key not in repr(DeltaSink(target, "n"))
