@@ -81,3 +81,29 @@ def test_operator_arguments_take_the_account_name_but_no_key():
                         "op") == {"account_name": "acct", "endpoint_url": "https://acct.blob.x"}
     with pytest.raises(ValueError, match="look like credentials"):
         check_public({"account_key": "k"}, "op")
+
+
+def test_an_azure_key_put_in_the_spark_conf_is_refused_and_the_attempt_aborted(
+        airflow_db, azurite, tmp_path, monkeypatch):
+    """The job's AZURE_STORAGE_* values count as secrets for the command-line check, as
+    AWS_SECRET_ACCESS_KEY does: spark-submit never runs, the attempt is aborted."""
+    from airflow_tpc import Sink
+    from airflow_tpc.airflow import StagedSparkSubmitOperator
+    from airflow_tpc.airflow.operators import SecretOnCommandLine
+
+    from .test_secrets import _TI, _spark_conn
+
+    key = azurite.options()["account_key"]
+    _conn(monkeypatch, "lake_az", conn_type="wasb", host=azurite.endpoint,
+          login="devstoreaccount1", password=key)
+    target = f"{azurite.new_prefix()}/t"
+    op = StagedSparkSubmitOperator(
+        task_id="submit", application="/jobs/job.py", target=target, namespace="az_secret",
+        epoch="2026-06-01", conn_id=_spark_conn(monkeypatch, "yarn", "client"),
+        storage_conn_id="lake_az", ship_package=False,
+        conf={"spark.hadoop.fs.azure.account.key.devstoreaccount1": key})
+    with pytest.raises(SecretOnCommandLine) as info:
+        op.execute({"ti": _TI()})
+    assert key not in str(info.value)
+    [txn] = Sink(target, "az_secret", storage_options=azurite.options()).describe("2026-06-01")
+    assert txn.state is TxnState.ABORTED
