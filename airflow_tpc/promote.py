@@ -256,10 +256,12 @@ class CopyThenSwapMarker(Strategy):
         attempt = manifest.attempt
         sizes = {storage.join(staging, f.path): f.size for f in manifest.files}
         # What the copies must reproduce: the verified ETag of a single-part object (its
-        # MD5; a copy of a multipart upload gets a new ETag, so those are not checked).
+        # MD5 on S3; a copy of a multipart upload gets a new ETag, so those are not
+        # checked).  An MD5 is an ETag only where the store says so (etag_is_md5).
+        kinds = ("etag:", "md5:") if storage.etag_is_md5 else ("etag:",)
         etags = {storage.join(staging, f.path): f.checksum.partition(":")[2]
                  for f in manifest.files
-                 if f.checksum.startswith(("etag:", "md5:")) and "-" not in f.checksum}
+                 if f.checksum.startswith(kinds) and "-" not in f.checksum}
         pairs = [(storage.join(staging, f.path), storage.join(dst, tagged(f.path, attempt)))
                  for f in manifest.files]
         crashpoint("promote.before_copy")

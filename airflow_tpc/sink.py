@@ -178,7 +178,11 @@ class Sink(SinkMaintenance, SinkQueries):
             raise ManifestError(f"{txn.txn_id} is already pre-committed with different files; "
                                 "a sealed attempt never changes — begin a new attempt")
         rows = rows or {}
-        checksums = checksums or {}
+        # Where the store's ETag is its own version token (Azure), the ETag is sealed:
+        # it is what verification compares and what guards each promotion copy; a
+        # writer's MD5 could do neither without reading every byte again.
+        opaque = self.storage.native_checksum == "etag" and not self.storage.etag_is_md5
+        checksums = {} if opaque else checksums or {}
         sums = on_threads(lambda item: checksums.get(item[0]) or checksum_for(self.storage,
                                                                                item[1]),
                           staged.items())

@@ -263,10 +263,12 @@ def _sealed_fingerprints(storage: Storage, staging: str,
 
 
 def _check_checksum(storage: Storage, info: ObjectInfo, entry: FileEntry) -> None:
+    """One file against its manifest checksum: by ETag where the store's ETag is that
+    checksum, else by reading the bytes."""
     algo, _, value = entry.checksum.partition(":")
     if algo == "etag":
         actual = info.etag
-    elif algo == "md5" and info.etag and "-" not in info.etag:
+    elif algo == "md5" and storage.etag_is_md5 and info.etag and "-" not in info.etag:
         actual = info.etag  # a single-part S3 object's ETag is its MD5
     else:
         actual = storage.checksum(info.path, algo)

@@ -36,6 +36,18 @@ fi
 # DuckDB's own Iceberg and Delta readers, for the tests that read every table state with
 # them (tests/duckdb_readers.py): DuckDB 1.5.5 and its extension wheels, which match that
 # version only, live in their own venv (the project's DuckDB is 2.x).
+# Azurite, Azure Storage's emulator, for the Azure tests (tests/azurite.py): from npm into
+# a project-local, git-ignored folder, once.  Needs Node 18+ and npm (Debian: nodejs npm).
+azurite=.tools/azurite
+if [ ! -x "$azurite/node_modules/.bin/azurite-blob" ]; then
+  if command -v npm >/dev/null 2>&1; then
+    mkdir -p "$azurite"
+    (cd "$azurite" && npm install --no-audit --no-fund --silent azurite@3.37.0)
+  else
+    echo "bootstrap: npm is missing, so the Azure tests cannot start Azurite" \
+      "(apt-get install nodejs npm)" >&2
+  fi
+fi
 readers=.venv-readers
 readers_stamp=$readers/.tpc-installed-1
 if [ ! -f "$readers_stamp" ]; then

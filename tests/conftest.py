@@ -103,10 +103,14 @@ def s3_bucket(s3_options):
 
 
 def make_store(kind: str, request, tmp_path):
-    """(target_uri, storage_options) for a store kind: "local", "s3" (moto) or "seaweed"
-    (SeaweedFS: a second real S3, which also enforces ``CopySourceIfMatch``)."""
+    """(target_uri, storage_options) for a store kind: "local", "s3" (moto), "seaweed"
+    (SeaweedFS: a second real S3, which also enforces ``CopySourceIfMatch``) or "azure"
+    (Azurite: Azure Blob Storage, a fresh container)."""
     if kind == "local":
         return str(tmp_path / "target"), None
+    if kind == "azure":
+        azurite = request.getfixturevalue("azurite")
+        return f"{azurite.new_prefix()}/tables/events", azurite.options()
     if kind == "seaweed":
         seaweed = request.getfixturevalue("seaweed")
         return f"{seaweed.new_prefix()}/tables/events", seaweed.s3_options()
@@ -128,5 +132,16 @@ def seaweed(tmp_path_factory):
     from tests import seaweed as sw
 
     server = sw.start(tmp_path_factory.mktemp("seaweed"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def azurite(tmp_path_factory):
+    """Azurite (tests/azurite.py): Azure Blob Storage's emulator on 127.0.0.1, started
+    once per session."""
+    from tests import azurite as az
+
+    server = az.start(tmp_path_factory.mktemp("azurite"))
     yield server
     server.stop()

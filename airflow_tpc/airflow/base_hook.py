@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseHook
 
 from airflow_tpc import Sink, SinkConfig, Transaction
+from airflow_tpc.airflow.azure_credentials import AZURE_CONN_TYPES, azure_job_env
 from airflow_tpc.airflow.catalog_hook import IcebergCatalogHook
 from airflow_tpc.airflow.credentials import (
     AWS_CONN_TYPE,
@@ -216,6 +217,9 @@ class TpcBaseHook(BaseHook):
         """
         opts = self._connection_options()
         env: dict[str, str] = {}
+        conn = self._conn()
+        if conn is not None and conn.conn_type in AZURE_CONN_TYPES:
+            return azure_job_env(opts)  # AZURE_STORAGE_* (docs/storage.md)
         if opts.get("key") and opts.get("secret"):
             env["AWS_ACCESS_KEY_ID"] = opts["key"]
             env["AWS_SECRET_ACCESS_KEY"] = opts["secret"]

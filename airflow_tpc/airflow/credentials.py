@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from airflow_tpc.airflow.azure_credentials import (
+    AZURE_CONN_TYPES,
+    azure_options_from_connection,
+)
 from airflow_tpc.errors import TpcError
 from airflow_tpc.storage.s3 import check_endpoint_url, public_s3_options
 
@@ -19,7 +23,7 @@ if TYPE_CHECKING:
 
 #: Storage options that may appear in operator arguments, XComs, trigger kwargs and
 #: the Spark conf: everything else (keys, secrets, tokens) comes from the connection.
-PUBLIC_STORAGE_KEYS = ("endpoint_url", "region_name")
+PUBLIC_STORAGE_KEYS = ("endpoint_url", "region_name", "account_name")
 
 
 def public_options(options: dict[str, Any] | None) -> dict[str, Any]:
@@ -68,6 +72,8 @@ def options_from_connection(conn: Connection | None) -> dict[str, Any]:
         return {}
     if conn.conn_type == AWS_CONN_TYPE:
         return AwsCredentials(conn).options()
+    if conn.conn_type in AZURE_CONN_TYPES:  # the Microsoft Azure provider's wasb / adls
+        return azure_options_from_connection(conn)
     opts: dict[str, Any] = {}
     extra = conn.extra_dejson if conn.extra else {}
     if conn.login:

@@ -22,6 +22,7 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from airflow_tpc import DeliveryGuarantee, Transaction
+from airflow_tpc.airflow.azure_credentials import AZURE_SECRET_ENV
 from airflow_tpc.airflow.base import TpcBaseOperator, tpc_template_fields
 from airflow_tpc.airflow.hooks import TXN_XCOM_KEY
 from airflow_tpc.airflow.job_credentials import (
@@ -166,7 +167,8 @@ class StagedSparkSubmitOperator(TpcBaseOperator, SparkSubmitOperator):
         master, deploy_mode = str(connection["master"]), connection["deploy_mode"]
         refuse_secret_env_vars(self.env_vars, master, type(self).__name__)
         self._tpc_secrets = tuple(v for k, v in env.items()
-                                  if k in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"))
+                                  if k in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                                           *AZURE_SECRET_ENV))
         self._tpc_env = {}
         if not env or self.job_credentials == "none":
             return "none"

@@ -171,26 +171,27 @@ class JobTransaction:
         Only a store that takes credentials (``takes_credentials``, e.g. S3) gets any:
         a local disk needs none, and must not be handed keys meant for another store.
         """
-        if not storage_class(self.target).takes_credentials:
+        store = storage_class(self.target)
+        if not store.takes_credentials:
             return {}
-        from_file = _credentials_from_file(self.credentials_file) if self.credentials_file else {}
+        names = store.credential_env  # each store its own variables: S3's AWS_*, Azure's
+        from_file = _credentials_from_file(self.credentials_file, names) \
+            if self.credentials_file else {}
         if from_file:
             return {**self.storage, **from_file, **self.credentials}
-        return {**self.storage, **_credentials_from_env(), **self.credentials}
+        return {**self.storage, **_credentials_from_env(names), **self.credentials}
 
     def fsspec_options(self) -> dict[str, Any]:
-        """The same options spelled the way ``s3fs.S3FileSystem`` wants them.
+        """The same options spelled the way the store's fsspec file system wants them
+        (``s3fs.S3FileSystem``, ``adlfs.AzureBlobFileSystem``: the store class says).
 
         A store that takes no credentials (a local disk) gets none: fsspec's local
         file system needs no options and keeps no listing cache.
         """
-        if not storage_class(self.target).takes_credentials:
+        store = storage_class(self.target)
+        if not store.takes_credentials:
             return {}
-        opts = self.storage_options()
-        out: dict[str, Any] = {k: opts[k] for k in ("key", "secret", "token", "endpoint_url")
-                               if k in opts}
-        if "region_name" in opts:
-            out["client_kwargs"] = {"region_name": opts["region_name"]}
+        out = store.fsspec_options(self.storage_options())  # asked of the store
         # a remote store's client caches listings: a stale one would hide a file from
         # commit(); never cache one
         out.update(use_listings_cache=False, skip_instance_cache=True)

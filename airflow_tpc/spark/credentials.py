@@ -34,12 +34,15 @@ def _credentials_file_candidates(name: str) -> list[str]:
     return out
 
 
-def _credentials_from_file(name: str) -> dict[str, Any]:
-    """S3 options from the credentials file the payload names (cached per process).
+def _credentials_from_file(name: str, names: dict[str, str] | None = None) -> dict[str, Any]:
+    """S3 options (or, given the store's ``credential_env`` as ``names``, that store's)
+    from the credentials file the payload names (cached per process).
 
     A named file that cannot be found or read is an error, never a silent fall back to
     another identity.  Messages name the file, never its content.
     """
+    if names is not None and names != _CREDENTIAL_VARS:
+        return _other_store_file(name, names)
     for path in _credentials_file_candidates(name):
         if path in _FILE_CREDENTIALS:
             return _FILE_CREDENTIALS[path]
@@ -67,8 +70,33 @@ def _credentials_from_file(name: str) -> dict[str, Any]:
         "cannot).")
 
 
-def _credentials_from_env() -> dict[str, Any]:
-    """S3 options that come from the job's environment, never from the payload."""
+def _other_store_file(name: str, names: dict[str, str]) -> dict[str, Any]:
+    """A store other than S3 (Azure): the file holds some of ``names``, each a string."""
+    for path in _credentials_file_candidates(name):
+        try:
+            with open(path, encoding="utf-8") as fh:
+                doc = json.load(fh)
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError):
+            raise TpcError(f"the credentials file {name} shipped with the job cannot be read "
+                           "or is not JSON") from None
+        opts = {opt: doc[var] for var, opt in names.items()
+                if isinstance(doc, dict) and isinstance(doc.get(var), str) and doc[var]}
+        if not opts:
+            raise TpcError(f"the credentials file {name} must be a JSON object with some of "
+                           f"{sorted(names)}")
+        return opts
+    raise TpcError(f"the payload names the credentials file {name}, but it is neither in "
+                   "SparkFiles' directory nor in the working directory: it must be shipped "
+                   "with spark-submit --files")
+
+
+def _credentials_from_env(names: dict[str, str] | None = None) -> dict[str, Any]:
+    """S3 options (or, given ``names``, another store's) that come from the job's
+    environment, never from the payload."""
+    if names is not None and names != _CREDENTIAL_VARS:
+        return {opt: os.environ[var] for var, opt in names.items() if os.environ.get(var)}
     opts: dict[str, Any] = {}
     if os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"):
         opts["key"] = os.environ["AWS_ACCESS_KEY_ID"]

@@ -26,7 +26,7 @@ CONF_KEY = "spark.airflow_tpc.txn"
 #: Environment variable carrying the payload when the conf key is absent.
 ENV_VAR = "AIRFLOW_TPC_TXN"
 #: Storage options allowed to travel in the payload (everything else may be secret).
-PUBLIC_STORAGE_KEYS = ("endpoint_url", "region_name")
+PUBLIC_STORAGE_KEYS = ("endpoint_url", "region_name", "account_name")
 #: A credentials file is named, never a path: a plain file name shipped with --files.
 _CREDENTIALS_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 

@@ -65,6 +65,10 @@ class Storage(ABC):
     #: The checksum a listing gives for free ("etag" on S3), or None: staged files
     #: are then hashed where the bytes are.
     native_checksum: str | None = None
+    #: True when a single-part object's ETag is the MD5 of its bytes (S3): an ``md5:``
+    #: checksum measured by the writer can then be checked, and guard a copy, by ETag.
+    #: Azure's ETags are opaque version tokens: never taken for an MD5 (fails closed).
+    etag_is_md5: bool = False
     #: False only for stores that cannot hold symbolic or hard links (object stores).
     #: A store that can must implement :meth:`check_real_dirs`; the default refuses.
     has_links: bool = True
@@ -74,6 +78,15 @@ class Storage(ABC):
     #: True when Spark as shipped (no extra connector jars) reads and writes the
     #: store natively; otherwise the ``tpc`` data source or pyarrow reaches it.
     spark_native: bool = True
+    #: The environment variables a job finds this store's credentials in (variable ->
+    #: storage option); a credentials file shipped with the job holds the same names.
+    credential_env: dict[str, str] = {}  # noqa: RUF012 - read only, per class
+
+    @classmethod
+    def fsspec_options(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """The storage options spelled the way this store's fsspec file system takes them
+        (the job's ``tpc`` data source and readers); a local disk takes none."""
+        return {}
 
     # -- naming (class methods: asked of a URI before any store is built) ------
     @classmethod

@@ -44,8 +44,20 @@ class S3Storage(S3Copies, Storage):
     has_links = False  # keys are not links: nothing below a prefix leads elsewhere
     server_side_copy = True
     native_checksum = "etag"
+    etag_is_md5 = True  # a single-part object's ETag is its MD5 (multipart ones hold a "-")
     takes_credentials = True
     spark_native = False  # pyspark ships no hadoop-aws: s3a:// needs jars on the cluster
+    credential_env = {"AWS_ACCESS_KEY_ID": "key",  # noqa: RUF012
+                      "AWS_SECRET_ACCESS_KEY": "secret", "AWS_SESSION_TOKEN": "token"}
+
+    @classmethod
+    def fsspec_options(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """``s3fs.S3FileSystem``'s spelling of the options."""
+        out: dict[str, Any] = {k: options[k] for k in ("key", "secret", "token", "endpoint_url")
+                               if k in options}
+        if "region_name" in options:
+            out["client_kwargs"] = {"region_name": options["region_name"]}
+        return out
 
     @classmethod
     def spark_uri(cls, uri: str) -> str:

@@ -13,7 +13,9 @@ from typing import Any
 
 from ..errors import TpcError
 
-_PUBLIC_OPTION_KEYS = ("endpoint_url", "region_name")
+#: What of any store's options may be shown: S3's region, Azure's account name, and an
+#: endpoint (redacted below); never a key, secret, token or connection string.
+_PUBLIC_OPTION_KEYS = ("endpoint_url", "region_name", "account_name")
 
 
 class UnsafeEndpointError(TpcError, ValueError):
@@ -84,7 +86,7 @@ def redact_endpoint_url(url: Any) -> str | None:
 
 
 def public_s3_options(options: dict[str, Any] | None) -> dict[str, Any]:
-    """The options that may be shown or travel: endpoint (redacted) and region only."""
+    """The options that may be shown or travel: endpoint (redacted), region, account name."""
     out = {k: options[k] for k in _PUBLIC_OPTION_KEYS
            if options and options.get(k) is not None}
     if "endpoint_url" in out:

@@ -29,7 +29,7 @@ __all__ = ["DeltaSink", "DeltaTarget", "IcebergSink", "IcebergTarget", "TableSch
            "TableSink", "open_sink", "open_table_sink"]
 
 #: Target URI schemes that name a table rather than a folder.
-TABLE_SCHEMES = ("iceberg://", "delta+file://", "delta+s3://")
+TABLE_SCHEMES = ("iceberg://", "delta+file://", "delta+s3://", "delta+az://")
 
 _HOMES = {"IcebergSink": "iceberg", "IcebergTarget": "iceberg", "DeltaSink": "delta",
           "DeltaTarget": "delta", "TableSchemaError": "base", "TableSink": "base"}
@@ -59,13 +59,14 @@ def open_table_sink(target: str, namespace: str, *,
         from .iceberg import IcebergSink
 
         sink = IcebergSink
-    elif isinstance(target, str) and target.startswith(("delta+file://", "delta+s3://")):
+    elif isinstance(target, str) and target.startswith(("delta+file://", "delta+s3://",
+                                                         "delta+az://")):
         from .delta import DeltaSink
 
         sink = DeltaSink
     else:
         raise TpcError(f"{target!r} is not a table target (supported: iceberg://, "
-                       "delta+file://, delta+s3://)")
+                       "delta+file://, delta+s3://, delta+az://)")
     return sink(target, namespace, catalog_properties=catalog_properties,
                 storage_options=storage_options, config=config, ledger_uri=ledger_uri,
                 replace_where=replace_where, mode=mode, add_columns=add_columns)

@@ -46,6 +46,39 @@ def delta_storage_options(options: dict[str, Any] | None) -> dict[str, str]:
     return out
 
 
+def delta_azure_options(storage: Any) -> dict[str, str]:
+    """An Azure store's options (:class:`~airflow_tpc.storage.azure.AzureStorage`, its
+    environment fallback applied) as delta-rs's object-store options: the account, its
+    key or SAS or connection string, and an endpoint (Azurite's path-style
+    ``http://host:port/<account>`` works as it is, with ``allow_http``).  Holds secrets:
+    never log it."""
+    from ..storage.azure_options import connection_string_parts
+
+    opts = storage.options_for_clients()
+    parts = connection_string_parts(opts.get("connection_string") or "")
+    out: dict[str, str] = {}
+    account = opts.get("account_name") or parts.get("accountname")
+    key = opts.get("account_key") or parts.get("accountkey")
+    sas = opts.get("sas_token") or parts.get("sharedaccesssignature")
+    if account:
+        out["azure_storage_account_name"] = str(account)
+    if key:
+        out["azure_storage_account_key"] = str(key)
+    elif sas:
+        out["azure_storage_sas_token"] = str(sas).lstrip("?")
+    for ours, theirs in (("tenant_id", "azure_storage_tenant_id"),
+                         ("client_id", "azure_storage_client_id"),
+                         ("client_secret", "azure_storage_client_secret")):
+        if opts.get(ours):
+            out[theirs] = str(opts[ours])
+    endpoint = opts.get("endpoint_url") or parts.get("blobendpoint")
+    if endpoint:
+        out["azure_storage_endpoint"] = str(endpoint).rstrip("/")
+        if str(endpoint).startswith("http://"):
+            out["allow_http"] = "true"
+    return out
+
+
 def arrow_filesystem(location: str, opts: dict[str, Any]) -> tuple[pafs.FileSystem, str]:
     """pyarrow's own filesystem for a table's store (``opts``: airflow-tpc's options)
     and the table's path in it.
@@ -57,6 +90,14 @@ def arrow_filesystem(location: str, opts: dict[str, Any]) -> tuple[pafs.FileSyst
 
     if urlparse(location).scheme == "file":
         return pafs.LocalFileSystem(), norm_uri(location)
+    if urlparse(location).scheme == "az":
+        # adlfs behind pyarrow's fsspec handler: the same options the job's writer uses
+        import adlfs
+
+        from ..storage.azure_options import adlfs_options
+
+        fs = adlfs.AzureBlobFileSystem(**adlfs_options(opts))
+        return pafs.PyFileSystem(pafs.FSSpecHandler(fs)), location.split("://", 1)[1]
     client = dict(opts.get("client_kwargs") or {})
     endpoint = opts.get("endpoint_url") or client.get("endpoint_url")
     kwargs: dict[str, Any] = {}

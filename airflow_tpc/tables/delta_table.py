@@ -25,6 +25,7 @@ from .delta_scope import DeltaScope
 from .delta_store import (
     arrow_filesystem,
     commit_infos,
+    delta_azure_options,
     delta_storage_options,
     first_line,
     log_paths,
@@ -51,7 +52,7 @@ log = logging.getLogger("airflow_tpc")
 T = TypeVar("T", bound="DeltaLakeTable")
 
 LOG_DIR = "_delta_log"
-SCHEMES = {"delta+file": "file", "delta+s3": "s3"}
+SCHEMES = {"delta+file": "file", "delta+s3": "s3", "delta+az": "az"}
 
 
 def app_id(namespace: str, epoch: str) -> str:
@@ -87,7 +88,7 @@ class DeltaLakeTable(TableTarget):
                  delta_options: dict[str, str] | None = None) -> None:
         self._location = location.rstrip("/")
         scheme = urlparse(self._location).scheme
-        if scheme not in ("file", "s3"):
+        if scheme not in ("file", "s3", "az"):
             raise TpcError(f"invalid Delta table location {location!r}: use "
                            "delta+file:///<path> or delta+s3://<bucket>/<prefix>")
         # A store for the log and footers, opened the way the sink opens its own.
@@ -96,8 +97,9 @@ class DeltaLakeTable(TableTarget):
         #: Staged files' partitionValues found by the last check (a table of its own
         #: partitioning), sealed with their statistics.
         self._partitions: dict[str, dict[str, str | None]] = {}
-        self._delta_options = {**(delta_storage_options(storage_options)
-                                  if scheme == "s3" else {}), **(delta_options or {})}
+        translated = delta_storage_options(storage_options) if scheme == "s3" else \
+            delta_azure_options(self.storage) if scheme == "az" else {}
+        self._delta_options = {**translated, **(delta_options or {})}
 
     @classmethod
     def parse(cls: type[T], uri: str, storage_options: dict[str, Any] | None = None,
@@ -107,7 +109,7 @@ class DeltaLakeTable(TableTarget):
         if parsed is None or parsed.scheme not in SCHEMES or parsed.query \
                 or parsed.fragment or parsed.params or not parsed.path.strip("/") \
                 or (parsed.scheme == "delta+file" and parsed.netloc not in ("", "localhost")) \
-                or (parsed.scheme == "delta+s3" and not parsed.netloc):
+                or (parsed.scheme in ("delta+s3", "delta+az") and not parsed.netloc):
             raise TpcError(f"{uri!r} is not a Delta target: use delta+file:///<absolute path> "
                            "or delta+s3://<bucket>/<prefix>")
         inner = uri[len("delta+"):]
@@ -259,7 +261,7 @@ class DeltaLakeTable(TableTarget):
     @staticmethod
     def arrow_path(uri: str) -> str:
         """A file's URI (``file:///…``, ``s3://…``) as a path of :meth:`arrow_filesystem`."""
-        return norm_uri(uri) if uri.startswith("file://") else uri[len("s3://"):]
+        return norm_uri(uri) if uri.startswith("file://") else uri.split("://", 1)[1]
 
     def table_key(self, table: DeltaTable | None,
                   scope: Scope = EPOCH_SCOPE) -> dict[str, Any] | None:

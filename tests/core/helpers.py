@@ -26,7 +26,8 @@ def read_committed(sink: Sink) -> dict[str, dict[str, bytes]]:
     for epoch, uris in sink.committed_files().items():
         files = {}
         for uri in uris:
-            path = uri.split("://", 1)[1] if uri.startswith("s3://") else uri[len("file://"):]
+            # an object store's URI is scheme://<bucket or container>/<key>
+            path = uri[len("file://"):] if uri.startswith("file://") else uri.split("://", 1)[1]
             files[uri.rsplit("/", 1)[-1]] = sink.storage.read_bytes(path)
         out[epoch] = files
     return out

@@ -60,6 +60,7 @@ class _RemoteLikeLocal(LocalStorage):
 
     takes_credentials = True
     spark_native = False
+    credential_env = S3Storage.credential_env  # the job's credentials from AWS_*, as S3's
 
     @classmethod
     def spark_uri(cls, uri: str) -> str:
