@@ -24,18 +24,17 @@ fi
 [ "$mode" = demo ] && exit 0
 # Test-only parts from the OS, installed when missing and we may (root): Chromium for the
 # browser tests (tests/airflow/test_run_page.py), PostgreSQL and Redis for production
-# Airflow (scripts/airflow-local.sh start --celery, tests/airflow/test_production_airflow.py).
+# Airflow (scripts/airflow-local.sh start --celery, tests/airflow/test_production_airflow.py),
+# Node.js and npm for Azurite (the Azure tests).
 # Without them those tests fail with a clear message.  The demo never needs them.
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v npm >/dev/null 2>&1 || need+=(nodejs npm)  # Azurite, below
 if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
 fi
-# DuckDB's own Iceberg and Delta readers, for the tests that read every table state with
-# them (tests/duckdb_readers.py): DuckDB 1.5.5 and its extension wheels, which match that
-# version only, live in their own venv (the project's DuckDB is 2.x).
 # Azurite, Azure Storage's emulator, for the Azure tests (tests/azurite.py): from npm into
 # a project-local, git-ignored folder, once.  Needs Node 18+ and npm (Debian: nodejs npm).
 azurite=.tools/azurite
@@ -48,6 +47,9 @@ if [ ! -x "$azurite/node_modules/.bin/azurite-blob" ]; then
       "(apt-get install nodejs npm)" >&2
   fi
 fi
+# DuckDB's own Iceberg and Delta readers, for the tests that read every table state with
+# them (tests/duckdb_readers.py): DuckDB 1.5.5 and its extension wheels, which match that
+# version only, live in their own venv (the project's DuckDB is 2.x).
 readers=.venv-readers
 readers_stamp=$readers/.tpc-installed-1
 if [ ! -f "$readers_stamp" ]; then
