@@ -171,3 +171,16 @@ def test_a_lost_group_attempt_is_reported_field_by_field(local):  # noqa: F811
         "group": group.uri, "member": "daily"}
     assert doc["problem"] == lost.problem and "does not hold that group attempt" in \
         doc["problem"]
+
+
+def test_a_group_names_its_folder_and_members_and_logs_its_abort(local, caplog):  # noqa: F811
+    group = _group(local)
+    assert repr(group) == f"Group({group.uri!r}, members=['daily', 'events'])"
+    gtxn = _stage(group, "5", NEW)
+    with caplog.at_level("INFO", logger="airflow_tpc"):
+        assert _group(local).abort(gtxn, "bad input data") is True
+    assert "aborted group etl/5/1: bad input data" in caplog.messages
+    caplog.clear()
+    with caplog.at_level("INFO", logger="airflow_tpc"):
+        assert _group(local).abort(gtxn, "again") is False  # decided already: no new line
+    assert not [m for m in caplog.messages if m.startswith("aborted group")]
