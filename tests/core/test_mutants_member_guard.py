@@ -89,3 +89,25 @@ def test_a_member_that_cannot_read_its_group_keeps_its_staging(split):
         assert [i.state for i in sink.describe("5")] == [TxnState.COMMITTED], name
         ((uri,),) = sink.committed_files().values()
         assert sink.storage.read_bytes(uri[len("file://"):]) == next(iter(NEW[name].values()))
+
+
+def test_a_member_that_cannot_read_its_group_finishes_its_own_decided_commit(split):
+    """The group decided commit and ``daily``'s own copy of it was written (copies are
+    written only after the group's decision, §14.3); the commit died before daily was
+    promoted.  daily's own recover cannot read its group, and carries its copy out:
+    the member publishes the group's files.  The group's recover finishes the rest."""
+    group = _group(split)
+    gtxn = group.begin("5")
+    for name, sink in group.sinks.items():
+        write_staged(sink, gtxn.member(name), NEW[name])
+    group.precommit(gtxn)
+    with armed("promote.before_marker"), pytest.raises(InjectedCrash):
+        group.commit(gtxn)  # daily (first in name order) decided, not yet promoted
+    daily = Sink(group.sinks["daily"].target, NS)
+    assert [i.state for i in daily.describe("5")] == [TxnState.COMMITTED]
+    assert daily.committed_files() == {}
+    daily.recover()
+    ((uri,),) = daily.committed_files().values()
+    assert daily.storage.read_bytes(uri[len("file://"):]) == b"daily-new"
+    assert _group(split).recover().rolled_forward == [("5", gtxn.attempt)]
+    assert _group(split).stable_epochs() == {"5": gtxn.attempt}
