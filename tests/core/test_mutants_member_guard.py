@@ -111,3 +111,27 @@ def test_a_member_that_cannot_read_its_group_finishes_its_own_decided_commit(spl
     assert daily.storage.read_bytes(uri[len("file://"):]) == b"daily-new"
     assert _group(split).recover().rolled_forward == [("5", gtxn.attempt)]
     assert _group(split).stable_epochs() == {"5": gtxn.attempt}
+
+
+def test_a_member_copy_of_a_commit_is_carried_out_when_its_group_lost_the_record(tmp_path):
+    """The group decided commit and ``daily``'s copy was written, then the group's
+    ledger of the epoch was lost.  A copy is written only after its group's decision
+    (§14.3), so daily's own recover still publishes it — and never reads the missing
+    group decision as an abort.  (``events``, undecided, is reported as lost: see
+    test_group_lost_folder.py.)"""
+    from .test_groups import _group as _local_group
+
+    store = (str(tmp_path / "target"), None)
+    group = _local_group(store)
+    gtxn = group.begin("5")
+    for name, sink in group.sinks.items():
+        write_staged(sink, gtxn.member(name), NEW[name])
+    group.precommit(gtxn)
+    with armed("promote.before_marker"), pytest.raises(InjectedCrash):
+        group.commit(gtxn)  # daily (first in name order) decided, not yet promoted
+    group.storage.delete_prefix(group.storage.join(group.ledger.layout.root, "_tpc",
+                                                   "ledger", "epoch=5"))
+    daily = Sink(group.sinks["daily"].target, NS)
+    daily.recover()
+    ((uri,),) = daily.committed_files().values()
+    assert daily.storage.read_bytes(uri[len("file://"):]) == b"daily-new"
