@@ -66,3 +66,28 @@ def test_a_refusal_over_other_columns_carries_no_floating_point_note(tmp_path):
     assert "(it holds rows of another epoch, or keeps no bounds to prove otherwise). " \
         "Nothing was decided" in message, message
     assert "floating-point" not in message
+
+
+def test_a_rewrite_in_a_partitioned_table_keeps_its_rows_in_their_partition(tmp_path):
+    """A file of partition ``eu`` holds rows inside (x=1) and outside (x=7) of
+    ``region = 'eu' AND x < 5``: it is rewritten without x=1.  Delta's files leave the
+    partition column out, so the rewrite adds it back, typed as the table's column
+    (``DeltaScope.partition_type``; no test reached it before)."""
+    from .conftest import commit_epoch as commit
+    from .test_delta_scope import ids, sink_of
+
+    path = str(tmp_path / "regions")
+
+    def part(region: str, pairs: list[tuple[int, int]]) -> pa.Table:
+        return pa.table({"id": pa.array([i for i, _ in pairs], pa.int64()),
+                         "x": pa.array([x for _, x in pairs], pa.int64()),
+                         "region": [region] * len(pairs)})
+
+    write_deltalake(path, part("eu", [(1, 1), (2, 7)]), partition_by=["region"])
+    write_deltalake(path, part("us", [(3, 1)]), partition_by=["region"], mode="append")
+    commit(sink_of(path, replace_where="region = 'eu' AND x < 5"), "eu-small",
+           {"a.parquet": part("eu", [(10, 2)])})
+    assert ids(path) == [2, 3, 10]
+    got = DeltaTable(path).to_pyarrow_table().sort_by("id").to_pylist()
+    assert got == [{"id": 2, "x": 7, "region": "eu"}, {"id": 3, "x": 1, "region": "us"},
+                   {"id": 10, "x": 2, "region": "eu"}]
