@@ -121,7 +121,8 @@ def test_a_reader_refuses_a_folder_that_holds_no_group(local):  # noqa: F811
     base = _base(local)
     with pytest.raises(TpcError, match=r"file://.*/nowhere holds no airflow-tpc group "
                                        r"\(no _tpc/group.json\): the group's folder is "
-                                       r"wrong, or it was lost"):
+                                       r"wrong, or it was lost. Nothing is read from it; "
+                                       r"restore the group's folder"):
         read_group_claim(f"{base}/nowhere")
     group = _group(local)
     _stage(group, "5", NEW)
@@ -136,6 +137,10 @@ def test_a_reader_refuses_a_folder_that_holds_no_group(local):  # noqa: F811
     with open(path, "w") as f:
         json.dump({**doc, "members": ["daily", "events"]}, f)
     with pytest.raises(TpcError, match="is not a group claim"):
+        read_group_claim(group.uri)
+    with open(path, "w") as f:
+        f.write("{damaged")
+    with pytest.raises(LedgerError, match=rf"ledger record file://{path} is corrupt"):
         read_group_claim(group.uri)
 
 
