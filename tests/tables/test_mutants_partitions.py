@@ -29,3 +29,25 @@ def test_a_one_row_file_lands_in_its_bucket(catalog_props, foreign, scoped):  # 
              if row["file_path"].endswith("one.parquet")]
     assert [row["partition"] for row in added] == [
         {"id_bucket": BucketTransform(4).transform(LongType())(10)}]
+
+
+@pytest.mark.parametrize("catalog_props", ["sql"], indirect=True)
+def test_a_file_spanning_buckets_is_refused_with_what_to_do(catalog_props, foreign,  # noqa: F811
+                                                             scoped):  # noqa: F811
+    from airflow_tpc.tables import TableSchemaError
+
+    from ..core.helpers import full_tree
+    from .conftest import write_parquet
+
+    foreign("bucket", events(19, [1, 2, 3]))
+    sink = scoped(replace_where=day(20))
+    txn = sink.begin("2026-11-20")
+    write_parquet(sink, txn, "mixed.parquet", events(20, list(range(40, 50))))
+    before = full_tree(sink)
+    with pytest.raises(TableSchemaError, match=r"mixed.parquet does not lie in one partition "
+                                               r"of the table's spec: its rows fall into 4 "
+                                               r"partitions of id_bucket \(bucket\[4\]\); "
+                                               r"write one file per partition \(Spark: "
+                                               r"repartition by the partition columns\)"):
+        sink.precommit(txn)
+    assert full_tree(sink) == before
