@@ -17,7 +17,7 @@ import pytest
 from airflow_tpc import Sink, TpcError
 from airflow_tpc.errors import InvalidState, LedgerError
 from airflow_tpc.faults import InjectedCrash, crash_at
-from airflow_tpc.group import GroupTransaction
+from airflow_tpc.group import Group, GroupTransaction
 from airflow_tpc.group_cut import MovedOn, member_staging_roots, read_group_claim
 
 from .helpers import stage
@@ -189,3 +189,16 @@ def test_a_group_names_its_folder_and_members_and_logs_its_abort(local, caplog):
     with caplog.at_level("INFO", logger="airflow_tpc"):
         assert _group(local).abort(gtxn, "again") is False  # decided already: no new line
     assert not [m for m in caplog.messages if m.startswith("aborted group")]
+
+
+def test_a_reader_opens_a_group_folder_on_another_store_with_its_options(
+        tmp_path, s3_options, s3_bucket):
+    """The group's folder on moto's S3 server, its members on local disk: the reader
+    reaches the folder with the options it was given (``read_group_claim``'s
+    ``storage_options``), as the job side does."""
+    base, uri = str(tmp_path / "lake"), f"s3://{s3_bucket}/_tpc_groups/etl"
+    group = Group({n: Sink(f"{base}/{n}", NS) for n in NEW}, uri, storage_options=s3_options)
+    _stage(group, "5", NEW)
+    ledger, claim = read_group_claim(uri, s3_options)
+    assert claim["members"] == {n: f"file://{base}/{n}" for n in ("daily", "events")}
+    assert sorted(member_staging_roots(ledger)) == ["daily", "events"]
