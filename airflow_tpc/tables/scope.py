@@ -114,10 +114,6 @@ class Scope:
                            "\"event_date = '2026-11-20'\" or \"ts >= '2026-11-20T00:00:00' "
                            "AND ts < '2026-11-21T00:00:00'\"") from None
 
-    def describe(self) -> str:
-        return {"epoch": "the epoch's partition", "append": "nothing (append)"}.get(
-            self.kind, f"the rows where {self.where}")
-
 
 def _mapping_predicate(mapping: Mapping[str, Any]) -> str:
     """``{"event_date": "2026-11-20", "region": "eu"}`` -> ``event_date = '2026-11-20'
