@@ -32,11 +32,12 @@ from .test_iceberg_scope import (  # noqa: F401 (replace_where scopes, through G
     test_bad_scopes_get_one_clear_error_before_anything_is_written,
 )
 
-#: The crash points where the catalog's state differs (before/after the decision, before
-#: and after Glue's UpdateTable, staging left behind): the rest of COMMIT_STEPS touch the
-#: ledger only, proven on every store already (moto's S3 included); CI time is the limit.
-GLUE_STEPS = ["commit.after_decision", "iceberg.before_table_commit",
-              "iceberg.after_table_commit", "tables.before_remove_staging"]
+#: The crash points where the catalog's state differs (decided but Glue not yet updated,
+#: Glue updated but not yet recorded, staging left behind): the rest of COMMIT_STEPS touch
+#: the ledger only (``commit.after_decision`` leaves Glue as ``before_table_commit`` does),
+#: proven on every store already (moto's S3 included); CI time is the limit.
+GLUE_STEPS = ["iceberg.before_table_commit", "iceberg.after_table_commit",
+              "tables.before_remove_staging"]
 
 
 @pytest.mark.parametrize("step", GLUE_STEPS)
