@@ -117,6 +117,9 @@ class StagedSparkSubmitOperator(TpcBaseOperator, SparkSubmitOperator):
     :param epoch: templated; defaults to the run's data interval start (``YYYY-MM-DD``).
     :param guarantee: ``EXACTLY_ONCE`` (default), ``AT_LEAST_ONCE`` or ``NONE``.
     :param ship_package: add the job-side ``airflow_tpc`` zip to ``py_files``.
+    :param openlineage_inject_parent_job_info: default True: the Spark conf carries this
+        task's OpenLineage run (``spark.openlineage.parentRunId``, ``parentJobName``,
+        ``rootParentRunId``...), so the job's own lineage events join the Airflow run.
     :param job_credentials: how the ``storage_conn_id`` credentials reach the job, never
         on spark-submit's command line nor in its Spark conf: ``auto`` (default: ``env``
         for a ``local[...]`` master, else ``file``), ``env`` (spark-submit's process
@@ -142,6 +145,11 @@ class StagedSparkSubmitOperator(TpcBaseOperator, SparkSubmitOperator):
             raise ValueError("StagedSparkSubmitOperator cannot be durable: a retry must run a new "
                              "attempt, never reconnect to the previous attempt's job")
         kwargs["durable"] = False
+        # The job's own OpenLineage events (the Spark integration) name this task's run as
+        # their parent: the provider's injection into the Spark conf, on by default here
+        # (the provider's own default is [openlineage] spark_inject_parent_job_info, off).
+        # Without the OpenLineage provider it injects nothing.
+        kwargs.setdefault("openlineage_inject_parent_job_info", True)
         super().__init__(**kwargs)  # TpcBaseOperator takes the sink arguments
         self.epoch = epoch
         self.guarantee = DeliveryGuarantee(str(guarantee).upper()).value

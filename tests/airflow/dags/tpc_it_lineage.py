@@ -16,7 +16,13 @@ from typing import Any
 
 from airflow.sdk import DAG, task
 
-from airflow_tpc.airflow import AbortOperator, CommitOperator, PrecommitSensor, TpcHook
+from airflow_tpc.airflow import (
+    AbortOperator,
+    CommitOperator,
+    PrecommitSensor,
+    StagedSparkSubmitOperator,
+    TpcHook,
+)
 from airflow_tpc.airflow.groups import GroupArgs
 from airflow_tpc.airflow.task_group import exactly_once_group_tasks
 
@@ -106,3 +112,17 @@ with DAG("tpc_it_lineage_group", schedule=None, start_date=datetime(2026, 1, 1),
                              namespace=NAMESPACE, group_uri=GROUP_URI,
                              catalog_conn_id="tpc_it_lineage_catalog", poke_interval=1,
                              sensor_timeout=300, epoch="{{ dag_run.conf['epoch'] }}")
+
+#: A job run by spark-submit (tests/airflow/jobs/openlineage_parent.py) whose output is
+#: the OpenLineage properties its Spark conf received; only the submit task (what is
+#: under test is what the job receives, the job's pre-commit is its staged output).
+SPARK_TARGET = os.path.join(ROOT, "lineage_spark")
+SPARK_JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "jobs",
+                         "openlineage_parent.py")
+
+with DAG("tpc_it_lineage_spark", schedule=None, start_date=datetime(2026, 1, 1),
+         catchup=False, tags=["tpc-test"]):
+    StagedSparkSubmitOperator(
+        task_id="submit", application=SPARK_JOB, target=SPARK_TARGET, namespace=NAMESPACE,
+        conn_id="spark_local", epoch="{{ dag_run.conf['epoch'] }}",
+        conf={"spark.ui.enabled": "false"})
