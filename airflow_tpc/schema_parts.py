@@ -21,6 +21,13 @@ from .transaction import Transaction
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 ID_BASE = "https://airflow-tpc.invalid/schema/"  # a name, not a fetchable address
+#: The project's repository (provider_info's ``external-doc-url``).
+REPO_URL = "https://github.com/airflow-tpc/airflow-tpc"
+#: Where docs/schema is served as raw JSON from the default branch: a stable, fetchable
+#: address, for documents whose consumers fetch them (an OpenLineage facet's ``_schemaURL``).
+PUBLISHED_SCHEMA_BASE = (REPO_URL.replace("https://github.com/",
+                                          "https://raw.githubusercontent.com/")
+                         + "/main/docs/schema/")
 
 #: Patterns the parsers apply (JSON Schema regexes are ECMA-262; these are plain).
 EPOCH_PATTERN = f"^{EPOCH_RE.pattern}$"

@@ -53,6 +53,7 @@ from .schema_parts import (
     EPOCH_PATTERN,
     GROUP_VERSION,
     ID_BASE,
+    PUBLISHED_SCHEMA_BASE,
     WRITER,
     _by_member,
     _const_format,
@@ -300,19 +301,25 @@ def fingerprints_schema() -> dict[str, Any]:
 
 
 def openlineage_facet_schema() -> dict[str, Any]:
-    """The ``airflowTpc`` OpenLineage dataset facet (airflow_tpc/airflow/lineage.py)."""
-    return _document(
+    """The ``airflowTpc`` OpenLineage dataset facet (airflow_tpc/airflow/lineage.py).  Its
+    ``$id`` is the facet's ``_schemaURL``: a lineage consumer fetches it from there."""
+    attempt = {"type": "integer", "minimum": 1}
+    txn_id = {"type": "string", "minLength": 1}
+    schema = _document(
         "openlineage-facet", "airflow-tpc OpenLineage dataset facet (airflowTpc)",
         "Which transaction of the exactly-once protocol wrote (or aborted) this output; "
-        "beside OpenLineage's own _producer and _schemaURL.",
+        "beside OpenLineage's own _producer and _schemaURL.  An abort names every attempt "
+        "it aborted in abortedAttempts (attempt and txnId: the highest of them).",
         _object({"epoch": {"type": "string", "minLength": 1},
-                 "attempt": {"type": "integer", "minimum": 1},
-                 "txnId": {"type": "string", "minLength": 1},
+                 "attempt": attempt, "txnId": txn_id,
                  "namespace": {"type": "string", "minLength": 1},
                  "manifestDigest": {"type": ["string", "null"]},
                  "outcome": {"enum": ["committed", "already_committed", "superseded",
-                                      "aborted", None]}},
+                                      "aborted", None]},
+                 "abortedAttempts": {"type": ["array", "null"], "items": _object(
+                     {"attempt": attempt, "txnId": txn_id}, ["attempt", "txnId"])}},
                 ["epoch", "attempt", "txnId", "namespace"]))
+    return {**schema, "$id": f"{PUBLISHED_SCHEMA_BASE}openlineage-facet.schema.json"}
 
 
 def all_schemas() -> dict[str, dict[str, Any]]:

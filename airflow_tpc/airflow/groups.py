@@ -38,6 +38,7 @@ from airflow_tpc.airflow.group_base import (
     default_group_uri,
 )
 from airflow_tpc.airflow.hooks import TpcHook
+from airflow_tpc.airflow.lineage_abort import abort_summary
 from airflow_tpc.airflow.metrics import ABORTS
 from airflow_tpc.airflow.operators import target_asset
 from airflow_tpc.airflow.submit import StagedSparkSubmitOperator, _owner, job_payload
@@ -295,4 +296,16 @@ class GroupAbortOperator(GroupTaskMixin, BaseOperator):
                              "re-run it to finish the switch.", exc)
             return {"aborted": [], "committed": [gtxn.txn_id]}
         self.log.info("Aborted group %s%s", gtxn.txn_id, "" if made else " (already aborted)")
+        if made:  # for the OpenLineage listener (a fork): each member's aborted attempt
+            self._tpc_members = {n: abort_summary(t.epoch, t.namespace, [t.txn_id])
+                                 for n, t in gtxn.members.items()}
         return {"aborted": [gtxn.txn_id], "committed": []}
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """Every member as an output, always; with the member's aborted attempt when this
+        try aborted the group (nothing was written to any)."""
+        return _group_lineage(self.group_args.hooks(), getattr(self, "_tpc_members", None))
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        """A failed abort, or a rejection (``fail_run``), names the members too."""
+        return self.get_openlineage_facets_on_complete(task_instance)

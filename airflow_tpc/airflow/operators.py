@@ -34,6 +34,7 @@ from airflow_tpc.airflow.job_credentials import (
     resolve_job_credentials,
     write_credentials_file,
 )
+from airflow_tpc.airflow.lineage_abort import abort_summary
 from airflow_tpc.airflow.links import ManifestLink
 from airflow_tpc.airflow.submit import (
     DEFAULT_EPOCH,
@@ -288,11 +289,10 @@ class AbortOperator(TpcBaseOperator):
                                  "after its decision, re-run it to finish the promotion.",
                                  result["committed"])
             self.log.info("Aborted %s", result["aborted"] or "nothing (already decided)")
-            if result["aborted"]:  # for the OpenLineage listener: what was thrown away
-                txn = Transaction.from_dict(doc)
-                self._tpc_summary = {"epoch": txn.epoch, "attempt": txn.attempt,
-                                     "txn_id": txn.txn_id, "namespace": txn.namespace,
-                                     "outcome": "aborted"}
+            # For the OpenLineage listener (it asks from a fork): every attempt thrown away.
+            txn = Transaction.from_dict(doc)
+            self._tpc_summary = abort_summary(txn.epoch, txn.namespace,
+                                              result["aborted"])
         if self.fail_run:
             context["ti"].xcom_push(key="return_value", value=result)
             raise AirflowFailException(
@@ -302,12 +302,13 @@ class AbortOperator(TpcBaseOperator):
         return result
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
-        """The target, with the attempt this try aborted (outcome ``aborted``): nothing
-        was written to it.  Only when something was aborted."""
-        summary = getattr(self, "_tpc_summary", None)
-        return _lineage(self.tpc_hook, summary) if summary else None
+        """The target, always (an abort concerns it even when an earlier abort, the submit
+        task's own, left nothing to do); with every attempt this try aborted (outcome
+        ``aborted``, ``abortedAttempts``) when it aborted any.  Nothing was written."""
+        return _lineage(self.tpc_hook, getattr(self, "_tpc_summary", None))
 
     def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
-        """A rejection (``fail_run``) fails the task after aborting: the FAIL event names
-        the target and the aborted attempt."""
+        """A failed abort names the target; a rejection (``fail_run``) fails the task after
+        aborting: its FAIL event names the target and the attempts aborted."""
         return self.get_openlineage_facets_on_complete(task_instance)
+

@@ -118,6 +118,9 @@ class StagedSparkSubmitOperator(TpcBaseOperator, SparkSubmitOperator):
     :param epoch: templated; defaults to the run's data interval start (``YYYY-MM-DD``).
     :param guarantee: ``EXACTLY_ONCE`` (default), ``AT_LEAST_ONCE`` or ``NONE``.
     :param ship_package: add the job-side ``airflow_tpc`` zip to ``py_files``.
+    :param openlineage_inject_parent_job_info: default True: the Spark conf carries this
+        task's OpenLineage run (``spark.openlineage.parentRunId``, ``parentJobName``,
+        ``rootParentRunId``...), so the job's own lineage events join the Airflow run.
     :param job_credentials: how the ``storage_conn_id`` credentials reach the job, never
         on spark-submit's command line nor in its Spark conf: ``auto`` (default: ``env``
         for a ``local[...]`` master, else ``file``), ``env`` (spark-submit's process
@@ -143,6 +146,12 @@ class StagedSparkSubmitOperator(TpcBaseOperator, SparkSubmitOperator):
             raise ValueError("StagedSparkSubmitOperator cannot be durable: a retry must run a new "
                              "attempt, never reconnect to the previous attempt's job")
         kwargs["durable"] = False
+        # The job's own OpenLineage events (the Spark integration) name this task's run as
+        # their parent: the provider's injection into the Spark conf, on by default here
+        # (the provider's own default is [openlineage] spark_inject_parent_job_info, off),
+        # made by execute so that lineage can never fail the submit (_with_parent_run).
+        self.inject_parent_run = bool(kwargs.pop("openlineage_inject_parent_job_info", True))
+        kwargs["openlineage_inject_parent_job_info"] = False
         super().__init__(**kwargs)  # TpcBaseOperator takes the sink arguments
         self.epoch = epoch
         self.guarantee = DeliveryGuarantee(str(guarantee).upper()).value
@@ -193,6 +202,8 @@ class StagedSparkSubmitOperator(TpcBaseOperator, SparkSubmitOperator):
                 self.files = f"{files},{cred_path}" if files else cred_path
             self.conf = {**(self.conf or {}),
                          **conf_for(os.path.basename(cred_path) if cred_path else None)}
+            if self.inject_parent_run:
+                self.conf = _with_parent_run(self.conf, context, self.log)
             if self.ship_package:
                 shipped = package_zip()
                 self.py_files = f"{self.py_files},{shipped}" if self.py_files else shipped
@@ -252,3 +263,20 @@ class StagedSparkSubmitOperator(TpcBaseOperator, SparkSubmitOperator):
                 store.delete(self.external_id_key)
         except Exception as exc:  # a store we cannot reach must not stop a fresh submit
             self.log.warning("Could not clear the task state store: %s", exc)
+
+
+def _with_parent_run(conf: dict[str, Any], context: Context, log: Any) -> dict[str, Any]:
+    """``conf`` plus this task's OpenLineage run as the job's parent (the provider's own
+    ``inject_parent_job_information_into_spark_properties``: ``spark.openlineage.
+    parentRunId``, ``parentJobName``...; a conf that already names a parent is kept).
+    Lineage is never worth a failed submit: an error costs a warning and no parent."""
+    try:
+        from airflow.providers.common.compat.openlineage.utils.spark import (
+            inject_parent_job_information_into_spark_properties,
+        )
+
+        return dict(inject_parent_job_information_into_spark_properties(conf, context))
+    except Exception as exc:
+        log.warning("No OpenLineage parent run in the Spark conf (%s): the job's own "
+                    "lineage events will not link to this task", exc)
+        return conf

@@ -43,12 +43,11 @@ class DeltaScope:
     problems: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        from pyiceberg.catalog import Catalog
-        from pyiceberg.schema import assign_fresh_schema_ids
+        from .iceberg_schema import iceberg_schema_of
 
-        # Fresh field ids: a schema converted without ids gives every field id -1, and
-        # binding would then resolve every column to the same field.
-        self._ice = assign_fresh_schema_ids(Catalog._convert_schema_if_needed(self.schema))
+        # Fresh field ids (public pyiceberg API only): binding the predicate resolves
+        # each column to its own field.
+        self._ice = iceberg_schema_of(self.schema)
         self._bound = None
         self._outside = None
         self._equal: dict[str, Any] = {}

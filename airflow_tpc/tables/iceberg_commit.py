@@ -18,6 +18,7 @@ from ..errors import LedgerError, StorageError
 from .iceberg_files import data_file_of, epoch_partition_position, iceberg_stats, stats_plan
 from .iceberg_partitions import needs_data
 from .iceberg_table import IcebergTable, epoch_commits
+from .pyiceberg_private import assert_unchanged
 from .scope import Scope
 from .staged import sealed_or_read
 from .switch import Staged, TableCommit
@@ -157,8 +158,9 @@ class IcebergSnapshot(TableCommit):
             # Iceberg lets an append commit over a concurrent schema or partition
             # change; ours was checked against this schema and spec, so a change of
             # either must fail the commit (and the caller's loop re-checks).
-            tx._apply((), (AssertCurrentSchemaId(current_schema_id=meta.current_schema_id),
-                           AssertDefaultSpecId(default_spec_id=meta.default_spec_id)))
+            assert_unchanged(tx, (
+                AssertCurrentSchemaId(current_schema_id=meta.current_schema_id),
+                AssertDefaultSpecId(default_spec_id=meta.default_spec_id)))
             if meta.name_mapping() is None:  # as add_files: files carry no field ids
                 tx.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING:
                                      meta.schema().name_mapping.model_dump_json()})

@@ -37,12 +37,12 @@ def new_table_parts(schema: pa.Schema, scope: Scope) -> tuple[Schema, PartitionS
     spec (identity ``epoch`` for the epoch layout, else none) a new table is created
     with from the staged files' schema.  Raises pyiceberg's error for a schema Iceberg
     has no table for."""
-    from pyiceberg.catalog import Catalog
     from pyiceberg.partitioning import PartitionField, PartitionSpec
-    from pyiceberg.schema import assign_fresh_schema_ids
     from pyiceberg.transforms import IdentityTransform
 
-    ice = assign_fresh_schema_ids(Catalog._convert_schema_if_needed(schema))
+    from .iceberg_schema import iceberg_schema_of
+
+    ice = iceberg_schema_of(schema)
     if scope.kind != "epoch":
         return ice, PartitionSpec()
     field = ice.find_field(EPOCH_COLUMN)

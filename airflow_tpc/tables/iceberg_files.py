@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import TpcError
 from .iceberg_partitions import needs_data
+from .iceberg_schema import iceberg_field_of, iceberg_schema_of
+from .pyiceberg_private import check_arrow_schema_compatible
 from .scope import Scope, nan_note, proves
 from .staged import EPOCH_COLUMN, TableSchemaError
 
@@ -84,11 +86,7 @@ def stats_plan(meta: Any, adding: list[pa.Schema] | None = None
     """What every file's statistics are computed with (once per table state).
     ``adding``: staged schemas whose columns the table lacks are about to be added
     (``add_columns``): they get the ids the table would give them next."""
-    from pyiceberg.io.pyarrow import (
-        _pyarrow_to_schema_without_ids,
-        compute_statistics_plan,
-        parquet_path_to_id_mapping,
-    )
+    from pyiceberg.io.pyarrow import compute_statistics_plan, parquet_path_to_id_mapping
     from pyiceberg.schema import Schema
     from pyiceberg.types import NestedField
 
@@ -101,7 +99,7 @@ def stats_plan(meta: Any, adding: list[pa.Schema] | None = None
                 if name in known:
                     continue
                 known.add(name)
-                typ = _pyarrow_to_schema_without_ids(pa_schema_of(arrow, name)).fields[0]
+                typ = iceberg_field_of(arrow, name)
                 if not typ.field_type.is_primitive:
                     continue  # no statistics for it here; the commit adds it whole
                 next_id += 1
@@ -165,10 +163,8 @@ def creatable_problems(schema: pa.Schema) -> list[str]:
     (e.g. ``timestamp[ns]`` from Spark's default INT96 timestamps: write
     ``spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS``) before the decision,
     not at table creation after it."""
-    from pyiceberg.catalog import Catalog
-
     try:
-        Catalog._convert_schema_if_needed(schema)
+        iceberg_schema_of(schema)
     except Exception as exc:
         return [f"no Iceberg table can be created from the staged schema: {exc}"]
     return []
@@ -178,11 +174,6 @@ def schema_problems(schema: pa.Schema, table: Table, add_columns: bool = False) 
     """Name the columns of a staged file that do not fit the table's schema.
     ``add_columns``: a column the table lacks is fine if Iceberg has a type for it (the
     commit adds it); the others are checked as always."""
-    from pyiceberg.io.pyarrow import (
-        _check_pyarrow_schema_compatible,
-        _pyarrow_to_schema_without_ids,
-    )
-
     want = table.schema()
     fields = {f.name: f for f in want.fields}
     if add_columns:
@@ -190,7 +181,7 @@ def schema_problems(schema: pa.Schema, table: Table, add_columns: bool = False) 
         typeless = []
         for name in extra:
             try:
-                _pyarrow_to_schema_without_ids(pa_schema_of(schema, name))
+                iceberg_field_of(schema, name)
             except Exception:
                 typeless.append(f"{name} ({schema.field(name).type})")
         if typeless:
@@ -202,8 +193,7 @@ def schema_problems(schema: pa.Schema, table: Table, add_columns: bool = False) 
     missing = sorted(f.name for f in want.fields if f.required and f.name not in have)
     detail = ""
     try:
-        _check_pyarrow_schema_compatible(want, schema,
-                                         format_version=table.metadata.format_version)
+        check_arrow_schema_compatible(want, schema, table.metadata.format_version)
     except ValueError as exc:
         detail = " ".join(str(exc).split())
     if not (detail or unknown or missing):
@@ -214,7 +204,7 @@ def schema_problems(schema: pa.Schema, table: Table, add_columns: bool = False) 
     mismatched = []
     for name in sorted(have & set(fields)) if detail else []:
         try:
-            got = _pyarrow_to_schema_without_ids(pa_schema_of(schema, name)).fields[0]
+            got = iceberg_field_of(schema, name)
         except Exception:  # a type Iceberg has no name for
             mismatched.append(f"{name} ({schema.field(name).type} in the file)")
             continue

@@ -16,7 +16,8 @@ multi-table commit — or a crash before or after it — costs nothing but the
 atomicity for engines: each member then switches on its own, as it always could.
 
 pyiceberg (0.12) has no client call for this endpoint: the request is sent on the
-REST catalog's own authenticated session (``RestCatalog._session``, private) to the
+REST catalog's own authenticated session (``RestCatalog._session``, private: through
+:func:`~airflow_tpc.tables.pyiceberg_private.rest_session`) to the
 URL its public ``url()`` builds.
 """
 
@@ -31,6 +32,7 @@ from ..manifest import Manifest
 from ..records import CommitDecision
 from ..staging import verify_against_storage
 from .base import TableSink
+from .pyiceberg_private import rest_session
 from .staged import read_sealed_stats
 from .switch import Staged
 
@@ -98,7 +100,7 @@ class TableChange:
         catalog = changes[0].catalog
         body = ('{"table-changes":['
                 + ",".join(c.request.model_dump_json() for c in changes) + "]}")
-        session = catalog._session  # no public client call for this endpoint (pyiceberg 0.12)
+        session = rest_session(catalog)  # no public client call for this endpoint
         try:
             response = session.post(catalog.url("transactions/commit", prefixed=True),
                                     data=body.encode("utf-8"), headers=session.headers)

@@ -259,6 +259,11 @@ def abort(found: FoundGroup, user: str, via: str) -> dict[str, Any]:
 
         for sink in group.sinks.values():
             TpcMetrics(sink.namespace, sink.target).incr(ABORTS)
+        from airflow_tpc.airflow.lineage_abort import abort_summary, emit_abort
+
+        emit_abort(found.dag_id, found.task_id,  # no task, no listener: lineage of its own
+                   [(group.sinks[n], abort_summary(t.epoch, t.namespace, [t.txn_id]))
+                    for n, t in gtxn.members.items()])
     runs.audit(found, user, via, outcome, members=members)
     states = {}
     for name, sink in group.sinks.items():

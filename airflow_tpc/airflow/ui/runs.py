@@ -250,6 +250,11 @@ def abort(found: Found, user: str, via: str) -> dict[str, Any]:
         # counted as the abort task counts its own: one per attempt this call aborted
         TpcMetrics(found.sink.namespace, found.sink.target).incr(ABORTS,
                                                                   len(result["aborted"]))
+        from airflow_tpc.airflow.lineage_abort import abort_summary, emit_abort
+
+        emit_abort(found.dag_id, found.task_id,  # no task, no listener: lineage of its own
+                   [(found.sink, abort_summary(found.info.epoch, found.sink.namespace,
+                                               result["aborted"]))])
     else:
         result["outcome"] = "already aborted"
         state = [i.state for i in found.sink.describe(found.info.epoch)
