@@ -36,7 +36,8 @@ def test_poll_follows_an_attempt_from_open_to_published(tmp_path):
     assert status.state is TxnState.PRECOMMITTED
     assert isinstance(status.manifest, Manifest) and status.manifest.digest == manifest.digest
     assert status.validated  # the pre-commit recorded its full validation
-    assert sink.sealed(txn) == manifest
+    sealed = sink.sealed(txn)  # the manifest itself while staged
+    assert isinstance(sealed, Manifest) and sealed.digest == manifest.digest
     assert sink.manifest_uri(txn) == sink.storage.uri(sink.storage.join(
         sink.layout.sealed("0", 1), "_tpc_manifest.json"))
 
@@ -45,8 +46,8 @@ def test_poll_follows_an_attempt_from_open_to_published(tmp_path):
     status = sink.poll(txn)
     assert (status.state, status.manifest, status.reason) == (TxnState.COMMITTED, None, None)
     assert not sink.is_published(txn)  # decided, not yet promoted: no Asset event yet
-    summary = sink.sealed(txn)  # staging still there: the manifest itself
-    assert summary is not None and summary.digest == manifest.digest
+    sealed = sink.sealed(txn)  # staging still there: the manifest itself
+    assert isinstance(sealed, Manifest) and sealed.digest == manifest.digest
 
     sink.recover()
     assert sink.is_published(txn)
