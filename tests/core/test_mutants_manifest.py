@@ -1,0 +1,35 @@
+"""A manifest parsed with a trusted digest keeps its file entries encoded
+(``manifest_codec.SealedEntries``) until they are read; compared, they must still be the
+entries they hold.  Mutation testing (docs/mutation.md) found ``and`` read as ``or`` in
+their ``__eq__`` unproved: every sequence would then equal every manifest's files, so two
+manifests naming different files would compare equal.  Real local files.
+"""
+
+from __future__ import annotations
+
+from airflow_tpc import Sink
+from airflow_tpc.manifest import MANIFEST_NAME, Manifest
+
+from .helpers import stage
+
+
+def _sealed_bytes(sink: Sink, epoch: str, attempt: int) -> bytes:
+    data = sink.storage.read_bytes(sink.storage.join(sink.layout.sealed(epoch, attempt),
+                                                     MANIFEST_NAME))
+    assert data is not None
+    return data
+
+
+def test_trusted_manifests_compare_by_the_files_they_name(tmp_path):
+    sink = Sink(str(tmp_path / "t"), "eq")
+    _, one = stage(sink, "0", {"a.parquet": b"a"})
+    _, two = stage(sink, "1", {"b.parquet": b"bb"})
+    lazy_one = Manifest.parse(_sealed_bytes(sink, "0", 1), where="0", trusted=one.digest).files
+    lazy_two = Manifest.parse(_sealed_bytes(sink, "1", 1), where="1", trusted=two.digest).files
+    assert type(lazy_one).__name__ == "SealedEntries"  # the lazy form is what is compared
+
+    assert lazy_one == list(one.files) and lazy_one == tuple(one.files)
+    assert lazy_one != lazy_two
+    assert lazy_one != list(two.files)
+    assert lazy_one != []
+    assert lazy_one != "a.parquet"  # a string is a Sequence too, never a manifest's files
