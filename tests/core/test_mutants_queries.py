@@ -74,3 +74,21 @@ def test_poll_of_a_fenced_and_an_aborted_attempt(tmp_path):
         (TxnState.ABORTED, "rejected at the gate", None)
     assert not sink.is_published(second)
     assert sink.sealed(second) is None
+
+
+def test_poll_of_a_transaction_whose_records_are_gone_answers_without_a_traceback(tmp_path):
+    """A sensor polls a transaction it holds (from XCom) after its epoch's ledger folder
+    was removed by hand: the answer is "open, nothing above it, not published" (recover
+    and a commit then refuse it loudly), never an AttributeError from inside the query."""
+    sink = Sink(str(tmp_path / "t"), "polls")
+    txn, _ = stage(sink, "0", {"p.parquet": b"x"}, precommit=False)
+    other, _ = stage(sink, "1", {"p.parquet": b"y"}, precommit=False)
+    folder = sink.layout.record("0", 1, "begin.json").rsplit("/attempt=", 1)[0]
+    sink.storage.delete_prefix(folder)
+
+    status = sink.poll(txn)
+    assert (status.state, status.highest_attempt, status.reason, status.manifest,
+            status.validated) == (TxnState.OPEN, 1, None, None, False)
+    assert not sink.is_published(txn)
+    assert sink.latest_transaction("0") is None
+    assert sink.poll(other).state is TxnState.OPEN  # the other epoch is untouched
