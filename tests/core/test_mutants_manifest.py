@@ -1,14 +1,20 @@
 """A manifest parsed with a trusted digest keeps its file entries encoded
 (``manifest_codec.SealedEntries``) until they are read; compared, they must still be the
-entries they hold.  Mutation testing (docs/mutation.md) found ``and`` read as ``or`` in
-their ``__eq__`` unproved: every sequence would then equal every manifest's files, so two
-manifests naming different files would compare equal.  Real local files.
+entries they hold; and a file path that is no string at all is refused with the
+manifest's own error, never a TypeError from deeper in the check.  Mutation testing
+(docs/mutation.md) found both unproved: ``and`` read as ``or`` in ``__eq__`` (every
+sequence would equal every manifest's files, so two manifests naming different files
+would compare equal) and in ``check_relative_path``.  Real local files.
 """
 
 from __future__ import annotations
 
+import pytest
+
 from airflow_tpc import Sink
+from airflow_tpc.errors import ManifestError
 from airflow_tpc.manifest import MANIFEST_NAME, Manifest
+from airflow_tpc.manifest_codec import check_relative_path
 
 from .helpers import stage
 
@@ -33,3 +39,9 @@ def test_trusted_manifests_compare_by_the_files_they_name(tmp_path):
     assert lazy_one != list(two.files)
     assert lazy_one != []
     assert lazy_one != "a.parquet"  # a string is a Sequence too, never a manifest's files
+
+
+@pytest.mark.parametrize("path", [5, None, ["a.parquet"], ""])
+def test_a_file_path_that_is_no_non_empty_string_is_refused_by_name(path):
+    with pytest.raises(ManifestError, match=r"is not a non-empty string"):
+        check_relative_path(path)
