@@ -13,6 +13,8 @@ its roll-forward: the ways a wrong edit would lose, duplicate or mix an epoch's 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from airflow_tpc import Sink, TxnState
@@ -20,6 +22,7 @@ from airflow_tpc.faults import InjectedCrash, armed
 from airflow_tpc.promote import tag_of, tagged
 
 from .helpers import assert_invariant, committed_contents, plain_listing, stage
+from .test_json_schema import validator
 
 
 @pytest.fixture()
@@ -55,6 +58,9 @@ def test_a_rerun_replaces_the_epoch_and_leaves_only_its_own_tagged_files(bucket_
     assert plain_listing(sink) == {"1": [b"new"]}  # attempt 1's files are gone
     assert _published_names(sink, "1") == ["_tpc_published.json", "a000002-p.parquet"]
     assert_invariant(sink, {"1": [b"new"]}, open_staging_ok=False)
+    marker = json.loads(sink.storage.read_bytes(sink.layout.marker("1")))
+    assert (marker["mode"], marker["attempt"]) == ("move", 2)
+    assert not list(validator("published-marker").iter_errors(marker))
     states = {i.attempt: i.state for i in sink.describe("1")}
     assert states == {1: TxnState.COMMITTED, 2: TxnState.COMMITTED}
 
