@@ -45,3 +45,11 @@ def test_trusted_manifests_compare_by_the_files_they_name(tmp_path):
 def test_a_file_path_that_is_no_non_empty_string_is_refused_by_name(path):
     with pytest.raises(ManifestError, match=r"is not a non-empty string"):
         check_relative_path(path)
+
+
+@pytest.mark.parametrize("path", [".hidden/p.parquet", "day=1/.p.parquet", "_tmp/p.parquet"])
+def test_a_file_path_with_a_hidden_component_is_refused(path):
+    """Readers skip ``.``/``_`` files and folders: such a file would be committed and never
+    read."""
+    with pytest.raises(ManifestError, match=r"has a hidden component"):
+        check_relative_path(path)
