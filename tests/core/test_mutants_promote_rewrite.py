@@ -10,6 +10,8 @@ just before the copies, the window a straggling task has.
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from airflow_tpc import Sink
@@ -19,9 +21,15 @@ from airflow_tpc.faults import armed
 from .helpers import committed_contents, stage
 
 
-def test_a_staged_file_rewritten_before_the_copy_is_never_published(seaweed):
+@pytest.mark.parametrize("writer_md5", [False, True], ids=["listed-etag", "writers-md5"])
+def test_a_staged_file_rewritten_before_the_copy_is_never_published(seaweed, writer_md5):
+    """``writers-md5``: the checksum the Spark writer computed while writing (``md5:``),
+    which on S3 is the object's ETag as well, guards the copy the same way."""
     sink = Sink(f"{seaweed.new_prefix()}/t", "rewrite", storage_options=seaweed.s3_options())
-    txn, _ = stage(sink, "0", {"p.parquet": b"verified"})
+    txn, _ = stage(sink, "0", {"p.parquet": b"verified"}, precommit=False)
+    sums = {"p.parquet": "md5:" + hashlib.md5(b"verified").hexdigest()} if writer_md5 else None
+    manifest = sink.precommit(txn, checksums=sums)
+    assert manifest.files[0].checksum.startswith("md5:" if writer_md5 else "etag:")
     staged = sink.storage.join(sink.layout.staging("0", txn.attempt), "p.parquet")
 
     def straggler(_step: str) -> None:
