@@ -38,7 +38,7 @@ from airflow_tpc.airflow.group_base import (
     default_group_uri,
 )
 from airflow_tpc.airflow.hooks import TpcHook
-from airflow_tpc.airflow.metrics import ABORTS
+from airflow_tpc.airflow.metrics import ABORTS, health_at_end
 from airflow_tpc.airflow.operators import target_asset
 from airflow_tpc.airflow.submit import StagedSparkSubmitOperator, _owner, job_payload
 from airflow_tpc.airflow.task_policy import (
@@ -149,7 +149,8 @@ class GroupCommitOperator(GroupTaskMixin, BaseOperator):
         gtxn = _loaded(group, pointer, self.sensor_task_id)
         was_published = group.poll(gtxn).published
         started = time.monotonic()
-        with refusals_fail_at_once():  # a refusal is final; anything else is retried
+        # a refusal is final; anything else is retried; each member's gauges at the end
+        with refusals_fail_at_once(), health_at_end(*hooks.values()):
             result = group.commit(gtxn, force=self.force, expected_digests={
                 n: p["digest"] for n, p in pointer["members"].items()})
         published = group.poll(gtxn).published
@@ -286,7 +287,8 @@ class GroupAbortOperator(GroupTaskMixin, BaseOperator):
         gtxn = _loaded(group, doc, self.submit_task_id)
         self.reason = abort_reason(self, context, str(self.reason))
         try:
-            made = group.abort(gtxn, self.reason)
+            with health_at_end(*hooks.values()):  # each member's gauges
+                made = group.abort(gtxn, self.reason)
             if made:  # counted per member, as a single target's abort is
                 for hook in hooks.values():
                     hook.metrics.incr(ABORTS)
