@@ -28,6 +28,7 @@ from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_tpc import InvalidState, Transaction
+from airflow_tpc.airflow import metrics
 from airflow_tpc.airflow.group_base import (
     GROUP_TEMPLATE_FIELDS,
     GROUP_XCOM_KEY,
@@ -38,7 +39,7 @@ from airflow_tpc.airflow.group_base import (
     default_group_uri,
 )
 from airflow_tpc.airflow.hooks import TpcHook
-from airflow_tpc.airflow.metrics import ABORTS, health_at_end
+from airflow_tpc.airflow.metrics import ABORTS
 from airflow_tpc.airflow.operators import target_asset
 from airflow_tpc.airflow.submit import StagedSparkSubmitOperator, _owner, job_payload
 from airflow_tpc.airflow.task_policy import (
@@ -150,7 +151,7 @@ class GroupCommitOperator(GroupTaskMixin, BaseOperator):
         was_published = group.poll(gtxn).published
         started = time.monotonic()
         # a refusal is final; anything else is retried; each member's gauges at the end
-        with refusals_fail_at_once(), health_at_end(*hooks.values()):
+        with refusals_fail_at_once(), metrics.health_at_end(*hooks.values()):
             result = group.commit(gtxn, force=self.force, expected_digests={
                 n: p["digest"] for n, p in pointer["members"].items()})
         published = group.poll(gtxn).published
@@ -287,7 +288,7 @@ class GroupAbortOperator(GroupTaskMixin, BaseOperator):
         gtxn = _loaded(group, doc, self.submit_task_id)
         self.reason = abort_reason(self, context, str(self.reason))
         try:
-            with health_at_end(*hooks.values()):  # each member's gauges
+            with metrics.health_at_end(*hooks.values()):  # each member's gauges
                 made = group.abort(gtxn, self.reason)
             if made:  # counted per member, as a single target's abort is
                 for hook in hooks.values():
