@@ -3,8 +3,10 @@ decided but unfinished, and how old the oldest undecided one is.
 
 Derived from :meth:`Sink.describe` (the one state derivation), so it costs what
 ``describe`` costs: one listing of the ledger and a read of each attempt's records.
-That is why nothing computes it on the commit path; a monitoring task (the admin DAG's
-``status``, or any task calling :meth:`TpcHook.emit_health`) does, every few minutes.
+That is why the protocol's own calls never compute it; the Airflow tasks that touch a
+ledger send it once their work is done, while metrics are on
+(:func:`airflow_tpc.airflow.metrics.health_at_end`), and the admin DAG's ``status``
+(or any task calling :meth:`TpcHook.emit_health`) between runs.
 """
 
 from __future__ import annotations

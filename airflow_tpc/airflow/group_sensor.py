@@ -27,6 +27,7 @@ from airflow_tpc.airflow.group_base import (
     _loaded,
 )
 from airflow_tpc.airflow.hooks import PrecommitStatus, TpcHook
+from airflow_tpc.airflow.metrics import emit_health
 from airflow_tpc.airflow.sensors import PrecommitFailed
 from airflow_tpc.airflow.triggers import poll_until
 
@@ -96,7 +97,11 @@ class GroupPrecommitSensor(GroupTaskMixin, BaseSensorOperator):
             raise PrecommitFailed(f"task {self.submit_task_id!r} began no group transaction "
                                   "in this run")
         args = self.group_args
-        return check_group_precommit(args, args.hooks(), doc, self.allow_empty)
+        hooks = args.hooks()
+        check = check_group_precommit(args, hooks, doc, self.allow_empty)
+        if check.status != "waiting":  # the wait is over: each member's health gauges
+            emit_health(hooks.values())
+        return check
 
     def poke(self, context: Context) -> PokeReturnValue | bool:
         check = self._check(context)

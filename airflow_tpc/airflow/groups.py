@@ -28,6 +28,7 @@ from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_tpc import InvalidState, Transaction
+from airflow_tpc.airflow import metrics
 from airflow_tpc.airflow.group_base import (
     GROUP_TEMPLATE_FIELDS,
     GROUP_XCOM_KEY,
@@ -150,7 +151,8 @@ class GroupCommitOperator(GroupTaskMixin, BaseOperator):
         gtxn = _loaded(group, pointer, self.sensor_task_id)
         was_published = group.poll(gtxn).published
         started = time.monotonic()
-        with refusals_fail_at_once():  # a refusal is final; anything else is retried
+        # a refusal is final; anything else is retried; each member's gauges at the end
+        with refusals_fail_at_once(), metrics.health_at_end(*hooks.values()):
             result = group.commit(gtxn, force=self.force, expected_digests={
                 n: p["digest"] for n, p in pointer["members"].items()})
         published = group.poll(gtxn).published
@@ -287,7 +289,8 @@ class GroupAbortOperator(GroupTaskMixin, BaseOperator):
         gtxn = _loaded(group, doc, self.submit_task_id)
         self.reason = abort_reason(self, context, str(self.reason))
         try:
-            made = group.abort(gtxn, self.reason)
+            with metrics.health_at_end(*hooks.values()):  # each member's gauges
+                made = group.abort(gtxn, self.reason)
             if made:  # counted per member, as a single target's abort is
                 for hook in hooks.values():
                     hook.metrics.incr(ABORTS)

@@ -372,8 +372,9 @@ class TpcHook(TpcBaseHook):
 
     def emit_health(self, now: float | None = None) -> dict[str, Any]:
         """Compute the target's health (:class:`~airflow_tpc.health.TargetHealth`: one
-        ``describe``) and send it as gauges; returns it.  For a monitoring task run every
-        few minutes (the admin DAG's ``status`` does it), not for the commit path."""
+        ``describe``) and send it as gauges; returns it.  The sensor, commit and abort
+        tasks call it when their work is done (``metrics.health_at_end``), the admin
+        DAG's ``status`` between runs; never the protocol calls themselves."""
         from airflow_tpc.health import TargetHealth
 
         health = TargetHealth.of(self.get_sink().describe(now=now), now)

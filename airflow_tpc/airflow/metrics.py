@@ -22,6 +22,8 @@ from __future__ import annotations
 import datetime
 import logging
 import urllib.parse
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -146,3 +148,46 @@ class TpcMetrics:
         self.incr(COMMIT_BYTES, size)
         if rows is not None:
             self.incr(COMMIT_ROWS, rows)
+
+
+# -- health gauges at the end of the tasks that touch a ledger ---------------------------
+
+
+def metrics_on() -> bool:
+    """Whether the deployment sends metrics at all (``[metrics]`` StatsD, Datadog or
+    OpenTelemetry on): the health gauges cost a ``describe`` of the target, not paid for
+    a no-op logger."""
+    from airflow.sdk.configuration import conf
+
+    return any(conf.getboolean("metrics", key, fallback=False)
+               for key in ("statsd_on", "statsd_datadog_enabled", "otel_on"))
+
+
+def emit_health(hooks: Any) -> None:
+    """Each hook's target health gauges (:meth:`TpcHook.emit_health`), sent by a task that
+    just touched that target's ledger (sensor end, commit, abort): so the gauges follow
+    every target a DAG writes — a table through its catalog connection, as the task
+    opened it — with no monitoring schedule to set up.  Never raises; costs one
+    ``describe`` per target, and nothing while metrics are off."""
+    try:
+        if not metrics_on():
+            return
+    except Exception as exc:  # a metric must never fail a task
+        log.warning("Could not read the [metrics] configuration: %s", exc)
+        return
+    for hook in hooks:
+        try:
+            hook.emit_health()
+        except Exception as exc:  # a metric must never fail a task
+            log.warning("Could not emit the health gauges of %s: %s",
+                        getattr(hook, "target", hook), exc)
+
+
+@contextmanager
+def health_at_end(*hooks: Any) -> Iterator[None]:
+    """Send the targets' health gauges when the block ends, however it ends (a refused
+    commit leaves an attempt undecided: exactly what the gauges are for)."""
+    try:
+        yield
+    finally:
+        emit_health(hooks)

@@ -36,6 +36,7 @@ from airflow_tpc.airflow.job_credentials import (
 )
 from airflow_tpc.airflow.lineage_abort import abort_summary
 from airflow_tpc.airflow.links import ManifestLink
+from airflow_tpc.airflow.metrics import health_at_end
 from airflow_tpc.airflow.submit import (
     DEFAULT_EPOCH,
     SPARK_CONF_KEY,
@@ -117,7 +118,9 @@ class CommitOperator(TpcBaseOperator):
         if not pointer or "digest" not in pointer:
             raise InvalidState(f"no pre-commit pointer from task {self.sensor_task_id!r}: "
                                "nothing validated to commit")
-        with refusals_fail_at_once():  # a refusal is final; anything else is retried
+        # a refusal is final; anything else is retried.  The target's health gauges go
+        # out however the commit ended (metrics.health_at_end).
+        with refusals_fail_at_once(), health_at_end(self.tpc_hook):
             outcome = self.tpc_hook.commit_pointer(pointer, force=self.force)
         txn, result, was_published = outcome.txn, outcome.result, outcome.was_published
         crashpoint("commit_task.after_commit")
@@ -283,7 +286,8 @@ class AbortOperator(TpcBaseOperator):
         else:
             ti = context["ti"]
             self.reason = abort_reason(self, context, str(self.reason))
-            result = self.tpc_hook.abort_run(doc, ti.dag_id, ti.run_id, self.reason)
+            with health_at_end(self.tpc_hook):
+                result = self.tpc_hook.abort_run(doc, ti.dag_id, ti.run_id, self.reason)
             if result["committed"]:
                 self.log.warning("Not aborted (already COMMITTED): %s. If a commit task failed "
                                  "after its decision, re-run it to finish the promotion.",

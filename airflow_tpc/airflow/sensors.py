@@ -11,6 +11,7 @@ from airflow.sdk import PokeReturnValue
 
 from airflow_tpc.airflow.base import TpcBaseSensor, tpc_template_fields
 from airflow_tpc.airflow.hooks import PrecommitCheck
+from airflow_tpc.airflow.metrics import health_at_end
 from airflow_tpc.airflow.operators import pull_txn
 from airflow_tpc.airflow.triggers import PrecommitTrigger
 
@@ -67,10 +68,8 @@ class PrecommitSensor(TpcBaseSensor):
             return super().execute(context)
         doc = self._txn_doc(context)
         check = self.tpc_hook.check_precommit(doc)
-        if check.status == "ready":
-            return self._pointer(check)
-        if check.status == "failed":
-            raise PrecommitFailed(check.message)
+        if check.status != "waiting":
+            return self._ended(check)
         self.log.info("%s; deferring to the triggerer", check.message)
         self.defer(
             trigger=PrecommitTrigger(
@@ -80,7 +79,10 @@ class PrecommitSensor(TpcBaseSensor):
             timeout=timedelta(seconds=float(self.timeout) + 60))
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
-        event = event or {}
+        with health_at_end(self.tpc_hook):  # the wait ended: the target's gauges
+            return self._complete(context, event or {})
+
+    def _complete(self, context: Context, event: dict[str, Any]) -> Any:
         if event.get("status") == "ready":
             # The triggerer saw it ready; look once more here, where the pointer is built
             # from what this process read (nothing crosses the trigger event but a status).
@@ -95,11 +97,17 @@ class PrecommitSensor(TpcBaseSensor):
     def poke(self, context: Context) -> PokeReturnValue | bool:
         check = self.tpc_hook.check_precommit(self._txn_doc(context))
         self.log.info("%s", check.message)
-        if check.status == "failed":
-            raise PrecommitFailed(check.message)
         if check.status == "waiting":
             return False
-        return PokeReturnValue(True, self._pointer(check))
+        return PokeReturnValue(True, self._ended(check))
+
+    def _ended(self, check: PrecommitCheck) -> dict[str, Any]:
+        """The wait is over (ready, or failed: raised): the pointer, and the target's
+        health gauges however it ended (``metrics.health_at_end``), not on every poke."""
+        with health_at_end(self.tpc_hook):
+            if check.status == "failed":
+                raise PrecommitFailed(check.message)
+            return self._pointer(check)
 
     def _pointer(self, check: PrecommitCheck) -> dict[str, Any]:
         """Refuse an empty epoch unless allowed; reduce the validated manifest to a pointer

@@ -102,6 +102,22 @@ sink.precommit(txn)
 [info] = sink.describe("2026-07-08")
 found = ui_runs.Found("tpc_it_metrics", "ui", "submit", sink, info)
 out["ui_abort"] = ui_runs.abort(found, "admin", "api")["outcome"]
+# An Iceberg table on the SQL catalog: gauges from its sensor's and commit's ends.
+stats.incr("tpc_marker.iceberg")
+dr = bag.get_dag("tpc_it_metrics_iceberg").test(
+    logical_date=datetime(2026, 7, 9, tzinfo=timezone.utc), run_conf={{"epoch": "2026-07-09"}})
+out["iceberg"] = {{"states": helpers.states(dr)}}
+# A group's Abort from its page (the UI layer's group abort, as its route calls it).
+from airflow_tpc import Group
+from airflow_tpc.airflow.ui import groups as ui_groups
+root = os.environ["TPC_IT_ROOT"]
+group = Group({{n: Sink(os.path.join(root, f"metrics_group_{{n}}"), "tpc_it_metrics_group")
+               for n in ("events", "daily")}},
+              os.path.join(root, "_tpc_groups", "tpc_it_metrics_group"))
+gtxn = group.begin("2026-07-10", owner={{"dag_id": "health", "run_id": "ui-group"}})
+stats.incr("tpc_marker.ui_group_abort")
+out["ui_group_abort"] = ui_groups.abort(ui_groups.FoundGroup(
+    "tpc_it_metrics_group", "ui-group", "submit", group, gtxn), "admin", "ui")["outcome"]
 stats.incr("tpc_marker.end")
 print("RESULT " + json.dumps(out))
 """
@@ -180,10 +196,17 @@ def counters(packets) -> dict[str, float]:
     return tagged
 
 
+ICEBERG_DIR = os.path.join(os.environ.get("TPC_IT_ROOT", "/tmp/tpc-it"), "metrics_iceberg")
+
+
 @pytest.fixture(scope="module")
 def emitted(airflow_db):
     listener = StatsdListener()
+    os.makedirs(os.path.join(ICEBERG_DIR, "warehouse"), exist_ok=True)
     env = {**os.environ,
+           "AIRFLOW_CONN_TPC_IT_METRICS_CATALOG": json.dumps({
+               "conn_type": "iceberg_catalog", "host": f"sqlite:///{ICEBERG_DIR}/catalog.db",
+               "schema": f"file://{ICEBERG_DIR}/warehouse", "extra": {"type": "sql"}}),
            "AIRFLOW__METRICS__STATSD_ON": "True",
            "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
            "AIRFLOW__METRICS__STATSD_PORT": str(listener.port),
@@ -375,3 +398,54 @@ def test_health_gauges_name_what_an_alert_watches(emitted):
                       "attempts.unfinished": 1,
                       "oldest_undecided_age": pytest.approx(health["oldest_undecided_age_s"],
                                                             abs=0.01)}, tagged
+
+
+GAUGES = ("attempts.open", "attempts.precommitted", "attempts.unfinished",
+          "oldest_undecided_age")
+
+
+def _gauges(packets, tags: tuple) -> list[tuple[str, float]]:
+    """The gauges of one (namespace, target kind), in the order they arrived."""
+    return [(n, v) for n, t, v, k in packets if k == "g" and t == dict(tags)]
+
+
+def _last(gauges: list[tuple[str, float]]) -> dict[str, float]:
+    return {n: v for n, v in gauges}
+
+
+def test_the_tasks_that_touch_the_ledger_send_the_targets_health(emitted):
+    """No monitoring schedule: the sensor's end sends the sealed attempt (precommitted 1),
+    the commit's end the target settled (every gauge 0); the abort task's end, the
+    aborted attempt gone (nothing undecided, nothing unfinished)."""
+    runs, packets = emitted
+    sent = _gauges(packets["commit"], TAGS)
+    assert ("attempts.precommitted", 1) in sent, sent
+    assert _last(sent) == dict.fromkeys(GAUGES, 0), sent
+    aborted = _gauges(packets["abort"], TAGS)
+    assert _last(aborted) == dict.fromkeys(GAUGES, 0), aborted
+
+
+def test_an_iceberg_table_gets_its_gauges_through_its_catalog_connection(emitted):
+    """The table is opened through the ``iceberg_catalog`` connection the tasks name:
+    its gauges (target kind ``iceberg``) from the sensor's end and the commit's."""
+    runs, packets = emitted
+    assert runs["iceberg"]["states"]["commit"] == "success", runs["iceberg"]
+    sent = _gauges(packets["iceberg"], (("namespace", NS), ("target_kind", "iceberg")))
+    assert ("attempts.precommitted", 1) in sent, sent
+    assert _last(sent) == dict.fromkeys(GAUGES, 0), sent
+    legacy = [(n, v) for n, t, v, k in packets["iceberg"]
+              if k == "g" and t == {"target_kind": "iceberg"}]
+    assert {n.removesuffix(f".{NS}") for n, _ in legacy} == set(GAUGES), legacy
+
+
+def test_a_group_sends_each_members_gauges_and_its_ui_abort_counts_each(emitted):
+    runs, packets = emitted
+    group_tags = (("namespace", GROUP_NS), ("target_kind", "file"))
+    sent = _gauges(packets["group_commit"], group_tags)
+    # the sensor's end and the commit's, each for both members
+    assert len([n for n, _ in sent if n == "attempts.open"]) == 4, sent
+    assert _last(sent) == dict.fromkeys(GAUGES, 0), sent
+    assert runs["ui_group_abort"] == "aborted", runs
+    counted = {n: v for (n, t), v in totals(packets["ui_group_abort"]).items()
+               if t == group_tags}
+    assert counted == {"aborts": 2}, counted

@@ -41,7 +41,10 @@ pytestmark = pytest.mark.timeout(900)
 REPO = Path(__file__).resolve().parents[2]
 SCREENSHOT = REPO / "docs" / "img" / "run-page.png"
 CHROMIUM = os.environ.get("TPC_CHROMIUM", "/usr/bin/chromium")
-PASSWORDS = {"admin": "admin-pw-run-page", "viewer": "viewer-pw-run-page"}
+PASSWORDS = {"admin": "admin-pw-run-page", "viewer": "viewer-pw-run-page",
+             "limited": "limited-pw-run-page"}
+#: The only DAG user ``limited`` may read (tests/airflow/auth_manager.py).
+LIMITED_DAGS = "tpc_it_group_gate_nospark"
 DAG_ID, RUN_ID = "tpc_it_gate", "run-page-test"
 S3_DAG_ID, S3_RUN_ID = "tpc_it_s3", "run-page-s3"
 EPOCH = "2026-09-01"
@@ -258,7 +261,13 @@ def api_process(airflow_db, moto_endpoint, tmp_path_factory,
         "extra": {"endpoint_url": moto_endpoint, "region_name": "us-east-1"}})
     port = _free_port()
     env = {**os.environ,
-           "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer",
+           "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer,"
+                                                       "limited:viewer",
+           # the simple auth manager, with user "limited" reading LIMITED_DAGS only
+           "AIRFLOW__CORE__AUTH_MANAGER": "tests.airflow.auth_manager.PerDagAuthManager",
+           "AIRFLOW_TPC_TEST_LIMITED_DAGS": LIMITED_DAGS,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
+                                                      os.environ.get("PYTHONPATH")])),
            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False"}
     log_path = home / "api-server.log"

@@ -36,7 +36,7 @@ from airflow_tpc import Sink, TxnState
 
 from . import test_run_page as run_page
 from .helpers import day
-from .test_run_page import CAT_CONN, PASSWORDS, _doc, _login, _stage
+from .test_run_page import CAT_CONN, LIMITED_DAGS, PASSWORDS, _doc, _login, _stage
 
 # The fixtures of the run page's module: the API server (this module's own process, with
 # the catalog connection CAT_CONN naming this module's catalog) and Chromium.
@@ -316,6 +316,152 @@ def test_group_is_one_card_with_its_members(server, seeded, browser):
     [snap] = [str(s.snapshot_id) for s in table.table_target.load_table().snapshots()
               if (s.summary or {}).get("airflow-tpc.txn-id") == seeded["done"].txn_id]
     assert rows.nth(1).locator("[data-version]").get_attribute("data-version") == snap
+    page.context.close()
+
+
+def _api(server: str, path: str, user: str = "admin", **params: str) -> httpx.Response:
+    return httpx.get(f"{server}/airflow-tpc/api/{path}", params=params,
+                     headers=_bearer(server, user), timeout=120)
+
+
+def test_api_transactions_lists_the_runs_group_attempts(server, seeded):
+    """``/api/transactions`` answers the run's group attempts beside its single targets':
+    each with the group's identity, its decision and cut status, and every member's
+    attempt and state; a group that cannot be opened is a row saying why."""
+    group, g2 = seeded["group"], seeded["g2"]
+    folder, table = group.sinks["folder"], group.sinks["table"]
+    r = _api(server, "transactions", dag_id=DAG_ID, run_id=RUN_ID)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert [t["task_id"] for t in body["transactions"]] == [SINGLE_TASK]
+    assert [(g["task_id"], g["attempt"], g["state"]) for g in body["groups"]] == \
+        [(TASK, 2, "PRECOMMITTED"), (TASK, 1, "ABORTED")], body["groups"]
+    top = body["groups"][0]
+    assert {k: top[k] for k in ("kind", "group", "namespace", "epoch", "txn_id", "published",
+                                 "stable", "moved_on", "timeout_s")} == {
+        "kind": "group", "group": group.uri, "namespace": NS, "epoch": EPOCH,
+        "txn_id": g2.txn_id, "published": False, "stable": False, "moved_on": [],
+        "timeout_s": g2.timeout_s}
+    assert top["members"] == {
+        "folder": {"target": folder.target, "namespace": NS, "attempt": 2,
+                   "txn_id": g2.member("folder").txn_id, "state": "PRECOMMITTED",
+                   "published": False, "files": 1, "rows": None},
+        "table": {"target": TABLE, "location": table.target, "format": "iceberg",
+                  "namespace": NS, "attempt": 2, "txn_id": g2.member("table").txn_id,
+                  "state": "PRECOMMITTED", "published": False, "files": 1, "rows": 3}}
+    assert {m["state"] for m in body["groups"][1]["members"].values()} == {"ABORTED"}
+    assert "executor lost" in body["groups"][1]["reason"]
+
+    done = _api(server, "transactions", dag_id=DAG_ID, run_id=DONE_RUN_ID).json()["groups"]
+    assert [(g["state"], g["published"], g["stable"]) for g in done] == \
+        [("COMMITTED", True, True)], done
+    bare = _api(server, "transactions", dag_id=BARE_DAG_ID, run_id=BARE_RUN_ID).json()
+    [row] = bare["groups"]
+    assert row["task_id"] == "submit" and "not its arguments" in row["error"], row
+    # per-DAG access as before: a user who may not read the DAG gets 403, not its groups
+    r = _api(server, "transactions", "limited", dag_id=DAG_ID, run_id=RUN_ID)
+    assert r.status_code == 403, r.text
+
+
+def test_group_page_from_the_index_with_its_cut_and_abort(server, seeded, browser):
+    """The index lists the group transactions beside single targets', each linking to
+    the group's own page: its card (members, decision), its cut status, and an Abort
+    group naming the group by its full identity; the run page's card links there too."""
+    group, g2 = seeded["group"], seeded["g2"]
+    page = _login(browser, server, "admin")
+    page.goto(f"{server}/airflow-tpc/")
+    href = f"/airflow-tpc/group?dag_id={DAG_ID}&run_id={RUN_ID}&task_id=daily.submit"
+    link = page.locator(f'tr[data-kind="group"] a[href="{href}"]')
+    assert link.count() == 1 and group.uri in link.inner_text(), link.count()
+    assert page.locator('tr[data-kind="single"]').count() >= 1
+    link.click()
+    page.wait_for_url(lambda u: "/airflow-tpc/group?" in u)
+    assert group.uri in page.locator("h1").inner_text()
+    card = page.locator("section.group-card")
+    assert card.count() == 1
+    button = card.get_by_role("button", name="Abort group")
+    assert button.count() == 1
+    assert json.loads(button.get_attribute("data-identity")) == {
+        "task_id": TASK, "group": group.uri, "namespace": NS, "epoch": EPOCH, "attempt": 2,
+        "txn_id": g2.txn_id}
+    assert "/api/abort-group?" in button.get_attribute("data-url")
+    cut = page.locator("section[data-cut] tr[data-cut-attempt]")
+    assert cut.evaluate_all("rs => rs.map(r => [r.dataset.cutAttempt, r.dataset.stable])") \
+        == [["2", "false"], ["1", "false"]]
+    page.goto(f"{server}/airflow-tpc/group?dag_id={DAG_ID}&run_id={DONE_RUN_ID}&task_id={TASK}")
+    done = page.locator('section[data-cut] tr[data-cut-attempt="1"]')
+    assert done.get_attribute("data-stable") == "true"
+    assert "in the consistent cut" in done.inner_text()
+    assert page.get_by_role("button", name="Abort group").count() == 0
+    page.goto(f"{server}/airflow-tpc/run?dag_id={DAG_ID}&run_id={RUN_ID}")
+    href = page.locator("section.group-card a[data-group-page]").get_attribute("href")
+    assert href.endswith(f"/group?dag_id={DAG_ID}&run_id={RUN_ID}&task_id=daily.submit"), href
+    page.context.close()
+    r = httpx.get(f"{server}/airflow-tpc/group", headers=_bearer(server), timeout=120,
+                  params={"dag_id": DAG_ID, "run_id": RUN_ID, "task_id": SINGLE_TASK})
+    assert r.status_code == 404 and "began no group" in r.text, r.text
+    r = httpx.get(f"{server}/airflow-tpc/group", headers=_bearer(server, "limited"),
+                  timeout=120, params={"dag_id": DAG_ID, "run_id": RUN_ID, "task_id": TASK})
+    assert r.status_code == 403, r.text
+
+
+def test_undecided_lists_every_open_attempt_a_user_may_read(server, seeded, browser):
+    """``/api/undecided`` and its page: the group's pre-committed attempt (one row, not
+    one per member) and the single target's, with age and timeout; a user who may not
+    read the DAG sees none of its rows, in the API, on the page or on the index."""
+    group, g2, single, stxn = seeded["group"], seeded["g2"], seeded["single"], \
+        seeded["single_txn"]
+    r = _api(server, "undecided")
+    assert r.status_code == 200, r.text
+    rows = r.json()["undecided"]
+    [grow] = [x for x in rows if x["txn_id"] == g2.txn_id and x["kind"] == "group"]
+    assert {k: grow[k] for k in ("dag_id", "run_id", "task_id", "group", "state",
+                                  "timeout_s")} == {
+        "dag_id": DAG_ID, "run_id": RUN_ID, "task_id": TASK, "group": group.uri,
+        "state": "PRECOMMITTED", "timeout_s": g2.timeout_s}
+    assert 0 < grow["age_s"] < grow["timeout_s"] and grow["expires_in_s"] > 0, grow
+    assert {n: m["state"] for n, m in grow["members"].items()} == \
+        {"folder": "PRECOMMITTED", "table": "PRECOMMITTED"}
+    [srow] = [x for x in rows if x["kind"] == "single" and x["target"] == single.target]
+    assert (srow["txn_id"], srow["state"], srow["run_id"], srow["timeout_s"]) == \
+        (stxn.txn_id, "PRECOMMITTED", RUN_ID, stxn.timeout_s), srow
+    members = {s.target for s in group.sinks.values()} | {TABLE}
+    assert not [x for x in rows if x["kind"] == "single" and x["target"] in members]
+    assert not [x for x in rows if x["state"] not in ("OPEN", "PRECOMMITTED")]
+
+    # A DAG the limited user may read names the single target too (a target two DAGs
+    # write): its attempt, begun by tpc_it_two, stays hidden from that user.
+    _xcom("tpc_txn", _doc(stxn), BARE_RUN_ID, "submit", BARE_DAG_ID)
+    limited = _api(server, "undecided", "limited").json()
+    assert all(x["dag_id"] == LIMITED_DAGS for x in limited["undecided"]), limited
+    assert stxn.txn_id not in json.dumps(limited) and DAG_ID not in json.dumps(limited)
+    def which(found: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+        return [(x["kind"], x["txn_id"], x.get("group") or x["target"]) for x in found]
+
+    assert which(_api(server, "undecided").json()["undecided"]) == which(rows)  # admin
+    assert all(e["dag_id"] == LIMITED_DAGS for e in limited["errors"]), limited
+
+    page = _login(browser, server, "admin")
+    page.goto(f"{server}/airflow-tpc/")
+    page.locator("a[data-undecided]").click()
+    page.wait_for_url(lambda u: u.endswith("/airflow-tpc/undecided"))
+    tr = page.locator(f'tr[data-txn="{g2.txn_id}"][data-kind="group"]')
+    assert tr.locator('td[data-col="age"]').inner_text().endswith("ago")
+    from airflow_tpc.airflow.ui.frame import human_duration
+
+    assert tr.locator('td[data-col="timeout"]').inner_text() == human_duration(g2.timeout_s)
+    assert tr.locator('td[data-col="expires"]').inner_text().startswith("in ")
+    assert tr.locator('a[href*="/group?"]').get_attribute("href").endswith(
+        f"/group?dag_id={DAG_ID}&run_id={RUN_ID}&task_id=daily.submit")
+    assert page.locator(f'tr[data-txn="{stxn.txn_id}"][data-kind="single"]').count() == 1
+    page.context.close()
+    page = _login(browser, server, "limited")
+    page.goto(f"{server}/airflow-tpc/undecided")
+    page.locator("h1").wait_for()
+    assert DAG_ID not in page.locator("body").inner_text()
+    assert page.locator(f'tr[data-txn="{g2.txn_id}"]').count() == 0
+    page.goto(f"{server}/airflow-tpc/")
+    assert DAG_ID not in page.locator("body").inner_text()
     page.context.close()
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from airflow_tpc import InvalidState, TpcError
-from airflow_tpc.airflow.ui import groups, runs
+from airflow_tpc.airflow.ui import groups, runs, views
 from airflow_tpc.airflow.ui import render as ui
 from airflow_tpc.airflow.ui.csrf import (
     SAFE_METHODS,
@@ -139,9 +139,39 @@ def create_app() -> Any:
 
     @app.get("/api/transactions", dependencies=[can_read])
     def list_transactions(dag_id: str, run_id: str) -> dict[str, Any]:
+        """The run's transactions: single targets' attempts (``transactions``) and its
+        group attempts (``groups``: identity, decision, cut status, each member's
+        attempt and state)."""
         known_run(dag_id, run_id)
         return {"dag_id": dag_id, "run_id": run_id,
-                "transactions": runs.run_transactions(dag_id, run_id)}
+                "transactions": runs.run_transactions(dag_id, run_id),
+                "groups": views.group_transactions(dag_id, run_id)}
+
+    @app.get("/api/undecided")
+    def list_undecided(user: GetUserDep) -> dict[str, Any]:
+        """Monitoring: every open or pre-committed attempt, single and group, of the
+        targets the DAGs this user may read write; rows of other DAGs are left out."""
+        return views.undecided(readable(user), reader(user))
+
+    @app.get("/undecided", response_class=HTMLResponse)
+    def undecided_page(request: Request, user: GetUserDep) -> Response:
+        now = time.time()
+        return html_page(views.undecided_page(
+            base_of(request), views.undecided(readable(user), reader(user), now), now))
+
+    @app.get("/group", response_class=HTMLResponse, dependencies=[can_read])
+    def group_page(request: Request, dag_id: str, run_id: str, task_id: str) -> Response:
+        """One group transaction (the task that began it in the run), with its cut."""
+        known_run(dag_id, run_id)
+        body = views.group_page(base_of(request), dag_id, run_id, task_id, csrf_of(request),
+                                time.time())
+        if body is None:
+            raise HTTPException(status_code=404, detail=f"task {task_id!r} began no group "
+                                                        f"transaction in run {run_id!r}")
+        return html_page(body)
+
+    def readable(user: Any) -> set[str]:
+        return set(get_auth_manager().get_authorized_dag_ids(user=user, method="GET"))
 
     @app.get("/", response_class=HTMLResponse)
     def index(request: Request, user: GetUserDep, dag_id: str | None = None,
@@ -151,8 +181,7 @@ def create_app() -> Any:
         if dag_id is not None and run_id is not None:
             requires_access_dag("GET", DagAccessEntity.RUN)(request, user)
             return run_page(request, dag_id, run_id)
-        dag_ids = get_auth_manager().get_authorized_dag_ids(user=user, method="GET")
-        return html_page(_index_page(base_of(request), runs.recent_docs(set(dag_ids)),
+        return html_page(_index_page(base_of(request), runs.recent_docs(readable(user)),
                                      time.time()))
 
     @app.get("/run", response_class=HTMLResponse, dependencies=[can_read])

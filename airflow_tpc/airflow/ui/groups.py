@@ -161,7 +161,9 @@ def _section(base: str, dag_id: str, run_id: str, task_id: str,
         found = FoundGroup(dag_id, run_id, task_id, group, group.transaction(epoch, attempt))
         rows.append(ui.GroupRow(info, members, timeout_s=info["timeout_s"],
                                 abort_url=abort_url, identity=found.identity()))
-    return ui.GroupSection(task_id, group.uri, group.namespace, rows)
+    return ui.GroupSection(task_id, group.uri, group.namespace, rows,
+                           href=ui.url(f"{base}/group", dag_id=dag_id, run_id=run_id,
+                                       task_id=task_id))
 
 
 def run_sections(base: str, dag_id: str, run_id: str) -> list[ui.GroupSection]:

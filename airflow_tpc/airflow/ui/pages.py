@@ -151,22 +151,32 @@ def _index_page(base: str, docs: list[dict[str, Any]], now: float) -> str:
         doc = d["doc"]
         ts = d["timestamp"].timestamp() if d["timestamp"] is not None else None
         run_href = ui.url(f"{base}/run", dag_id=d["dag_id"], run_id=d["run_id"])
-        target_href = ui.url(f"{base}/target", dag_id=d["dag_id"], task_id=d["task_id"])
+        if d.get("group"):  # a group transaction: its own page (members, decision, cut)
+            href = ui.url(f"{base}/group", dag_id=d["dag_id"], run_id=d["run_id"],
+                          task_id=d["task_id"])
+            what = (f'<span class="tag">group</span> '
+                    f'<code>{ui.esc(doc.get("group") or doc.get("group_uri"))}</code>')
+        else:
+            href = ui.url(f"{base}/target", dag_id=d["dag_id"], task_id=d["task_id"])
+            what = f'<code>{ui.esc(doc.get("table") or doc.get("target"))}</code>'
+        kind = "group" if d.get("group") else "single"
         trs.append(
-            f'<tr><td><a href="{ui.esc(run_href)}">'
+            f'<tr data-kind="{kind}"><td><a href="{ui.esc(run_href)}">'
             f'{ui.esc(d["dag_id"])} / {ui.esc(d["run_id"])}</a></td>'
             f'<td class="mono">{ui.esc(d["task_id"])}</td>'
-            f'<td><a href="{ui.esc(target_href)}">'
-            f'<code>{ui.esc(doc.get("table") or doc.get("target"))}</code></a></td>'
+            f'<td><a href="{ui.esc(href)}">{what}</a></td>'
             f'<td class="mono">{ui.esc(doc.get("epoch"))}</td>'
             f'<td class="num">{ui.esc(doc.get("attempt"))}</td>'
             f"<td>{ui.age(ts, now)}</td></tr>")
-    table = ('<div class="table-wrap"><table><thead><tr><th>Run</th><th>Task</th><th>Target</th>'
-             '<th>Epoch</th><th class="num">Attempt</th><th>Begun</th></tr></thead>'
+    table = ('<div class="table-wrap"><table><thead><tr><th>Run</th><th>Task</th>'
+             '<th>Target or group</th><th>Epoch</th><th class="num">Attempt</th>'
+             '<th>Begun</th></tr></thead>'
              f'<tbody>{"".join(trs)}</tbody></table></div>') if trs else \
         '<div class="empty">No airflow-tpc transaction in DAGs you may read.</div>'
     body = ("<h1>airflow-tpc transactions</h1>"
-            '<p class="sub">The newest transactions begun by DAG runs you may read; open a '
-            "run or a target for states from the ledger.</p>"
+            '<p class="sub">The newest transactions (single targets and groups) begun by DAG '
+            "runs you may read; open a run, a target or a group for states from the ledger; "
+            f'<a href="{ui.esc(base)}/undecided" data-undecided>every undecided '
+            "transaction</a>.</p>"
             f'<section class="card">{table}</section>')
     return ui.page("transactions", body, now=now)

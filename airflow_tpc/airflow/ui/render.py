@@ -264,6 +264,8 @@ class GroupSection:
     rows: list[GroupRow]
     #: Why the group could not be opened (its card says so instead of its attempts).
     error: str | None = None
+    #: The group's own page (members, decision, cut status), linked from its card.
+    href: str | None = None
 
 
 def _group_button(sec: GroupSection, row: GroupRow) -> str:
@@ -297,7 +299,9 @@ def group_section(sec: GroupSection, now: float) -> str:
     epochs = sorted({str(r.info["epoch"]) for r in sec.rows})
     epoch = "".join(f'<span class="meta">epoch <code data-epoch>{esc(e)}</code></span>'
                     for e in epochs)
-    header = (f'<header><h2>{esc(sec.title)}</h2><span class="tag">group transaction</span>'
+    title = (f'<a href="{esc(sec.href)}" data-group-page>{esc(sec.title)}</a>' if sec.href
+             else esc(sec.title))
+    header = (f'<header><h2>{title}</h2><span class="tag">group transaction</span>'
               f'<span class="meta">group <code data-group-uri="{esc(sec.group)}">'
               f'{esc(sec.group)}</code></span>'
               f'<span class="meta">namespace <code>{esc(sec.namespace)}</code></span>{epoch}'

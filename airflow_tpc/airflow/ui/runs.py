@@ -98,17 +98,19 @@ def recent_docs(dag_ids: set[str], limit: int = 200) -> list[dict[str, Any]]:
     from sqlalchemy import select
 
     from airflow_tpc.airflow.hooks import TXN_XCOM_KEY
+    from airflow_tpc.airflow.ui.groups import GROUP_XCOM_KEY
 
     if not dag_ids:
         return []
     with create_session() as session:
         rows = session.execute(select(
             XComModel.dag_id, XComModel.run_id, XComModel.task_id, XComModel.value,
-            XComModel.timestamp).where(XComModel.key == TXN_XCOM_KEY,
-                                       XComModel.dag_id.in_(sorted(dag_ids)))
+            XComModel.timestamp, XComModel.key).where(
+                XComModel.key.in_([TXN_XCOM_KEY, GROUP_XCOM_KEY]),
+                XComModel.dag_id.in_(sorted(dag_ids)))
             .order_by(XComModel.timestamp.desc()).limit(limit)).all()
-    return [{"dag_id": d, "run_id": r, "task_id": t, "doc": loads(v), "timestamp": ts}
-            for d, r, t, v, ts in rows]
+    return [{"dag_id": d, "run_id": r, "task_id": t, "doc": loads(v), "timestamp": ts,
+             "group": k == GROUP_XCOM_KEY} for d, r, t, v, ts, k in rows]
 
 
 def hook_for(doc: dict[str, Any]) -> Any:

@@ -105,3 +105,43 @@ with DAG("tpc_it_metrics_group", schedule=None, start_date=datetime(2026, 1, 1),
                              group_uri=os.path.join(ROOT, "_tpc_groups", GROUP_NAMESPACE),
                              poke_interval=1, sensor_timeout=300, deferrable=True,
                              epoch="{{ dag_run.conf['epoch'] }}")
+
+#: An Iceberg table on pyiceberg's SQL catalog (the ``iceberg_catalog`` connection
+#: ``tpc_it_metrics_catalog``, set by test_metrics.py): its health gauges come from the
+#: sensor's and the commit's ends, the table opened through that connection.
+ICEBERG_TARGET = "iceberg://metrics/m.events"
+ICEBERG_CATALOG = "tpc_it_metrics_catalog"
+
+with DAG("tpc_it_metrics_iceberg", schedule=None, start_date=datetime(2026, 1, 1),
+         catchup=False, tags=["tpc-test"]):
+
+    @task(task_id="submit")
+    def submit_iceberg(**context: Any) -> None:
+        """Begin an attempt of ``conf["epoch"]`` on the table, stage one Parquet file,
+        pre-commit (the table's rows come from the footer)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from airflow_tpc.airflow.hooks import TpcHook
+
+        ti, conf = context["ti"], context["dag_run"].conf
+        hook = TpcHook(ICEBERG_TARGET, NAMESPACE, catalog_conn_id=ICEBERG_CATALOG)
+        sink = hook.get_sink()
+        txn = sink.begin(conf["epoch"], owner={"dag_id": ti.dag_id, "run_id": ti.run_id})
+        ti.xcom_push(key="tpc_txn", value={**txn.to_dict(), "storage_conn_id": None,
+                                           "storage_options": {}, "table": ICEBERG_TARGET,
+                                           "catalog_conn_id": ICEBERG_CATALOG})
+        staging = txn.staging_uri.removeprefix("file://")
+        os.makedirs(staging, exist_ok=True)
+        pq.write_table(pa.table({"id": pa.array([1, 2, 3], pa.int64()),
+                                 "epoch": pa.array([conf["epoch"]] * 3)}),
+                       f"{staging}/part-0.parquet")
+        sink.precommit(txn)
+
+    table_args = {"target": ICEBERG_TARGET, "namespace": NAMESPACE,
+                  "catalog_conn_id": ICEBERG_CATALOG}
+    table_wait = PrecommitSensor(task_id="wait_precommit", submit_task_id="submit",
+                                 poke_interval=1, timeout=300, **table_args)
+    table_commit = CommitOperator(task_id="commit", sensor_task_id="wait_precommit",
+                                  **table_args)
+    submit_iceberg() >> table_wait >> table_commit
