@@ -339,6 +339,7 @@ class TpcHook(TpcBaseHook):
             if info.state is TxnState.COMMITTED:
                 committed.append(info.txn_id)
                 continue
+            self._stop_application(sink, info)
             finished = info.state in (TxnState.ABORTED, TxnState.EXPIRED)
             if finished and not info.staging_files:
                 continue
@@ -356,6 +357,15 @@ class TpcHook(TpcBaseHook):
         if aborted:
             self.metrics.incr(ABORTS, len(aborted))
         return {"aborted": aborted, "committed": committed}
+
+    def _stop_application(self, sink: Any, info: Any) -> None:
+        """Stop the Spark application an attempt's runtime record names, before its abort
+        (a live job would write into the staging the abort removes)."""
+        from airflow_tpc.airflow.spark_app import stop_recorded
+
+        what = stop_recorded(sink, info.epoch, info.attempt)
+        if what:
+            self.log.info("%s: %s", info.txn_id, what)
 
     def abort_quietly(self, txn: Transaction, reason: str) -> bool:
         """Abort ``txn`` now if possible; a failure is logged, never raised (the next attempt
