@@ -209,7 +209,7 @@ def test_standalone_cluster_abort_removes_the_application(run, spark_cluster, da
     def active() -> list[str]:
         with urllib.request.urlopen(f"{ui}/json/", timeout=10) as resp:
             doc = json.load(resp)
-        return [a["id"] for a in doc.get("activeapps", []) if a.get("name") == "tpc-it-orphan"]
+        return [a["id"] for a in doc.get("activeapps", []) if a.get("name") == "tpc-block-app"]
 
     assert len(active()) == 1
     target = os.path.join(data_root, "tpc_it_orphan_cluster_target")
