@@ -162,6 +162,7 @@ class StagedSparkSubmitOperator(TpcBaseOperator, SparkSubmitOperator):
         #: (sink, txn) whose runtime record the hook's start writes (single target only)
         self._tpc_runtime: tuple[Any, Transaction] | None = None
         self._tpc_killed: str | None = None
+        self._tpc_stopped = 0  # processes of the application on_kill killed
 
     def _get_hook(self) -> SparkSubmitHook:
         hook = SecretSafeSparkSubmitHook.adopt(super()._get_hook(), getattr(self, "_tpc_env", {}),
@@ -178,6 +179,7 @@ class StagedSparkSubmitOperator(TpcBaseOperator, SparkSubmitOperator):
         """Airflow stops the task (SIGTERM): stop the whole application, not just
         spark-submit (the hook kills every process carrying the attempt's marker)."""
         self._tpc_killed = "SIGTERM"
+        self._tpc_stopped = AppStoppingSparkSubmitHook.stop_marked(self._tpc_marker)
         super().on_kill()
 
     def plan_job_credentials(self, env: dict[str, str]) -> str:
@@ -229,7 +231,7 @@ class StagedSparkSubmitOperator(TpcBaseOperator, SparkSubmitOperator):
         except BaseException as exc:
             # The attempt is dead: stop its application, throw its staging away now and
             # fence a late job; the reason says what happened to the task, the application
-            stopped = AppStoppingSparkSubmitHook.stop_marked(self._tpc_marker)
+            stopped = AppStoppingSparkSubmitHook.stop_marked(self._tpc_marker) + self._tpc_stopped
             abort(failure_reason(exc, self._tpc_killed, stopped))
             raise
         finally:

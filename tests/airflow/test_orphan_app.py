@@ -223,3 +223,19 @@ def test_standalone_cluster_abort_removes_the_application(run, spark_cluster, da
     while active():
         assert time.monotonic() - t0 < GONE_WITHIN, "the master still runs the application"
         time.sleep(0.5)
+
+
+def test_task_process_sigterm_on_kill_stops_the_application(run, data_root):
+    """Airflow stops a task with SIGTERM: its on_kill stops the whole application (not just
+    spark-submit), and the attempt's abort reason says so."""
+    r = run("tpc_it_orphan", "2026-06-05")
+    procs = r.wait_running()
+    t0 = time.monotonic()
+    os.kill(r.proc.pid, signal.SIGTERM)
+    _assert_gone(procs, t0, "task process SIGTERMed")
+    assert r.proc.wait(120) == 0  # the task failed, dag.test ended
+    _sink, infos = _latest(os.path.join(data_root, "tpc_it_orphan_target"), "tpc_it_orphan",
+                           "2026-06-05")
+    assert infos[-1].state is TxnState.ABORTED
+    assert infos[-1].reason.startswith(
+        "task process killed (SIGTERM); spark application stopped ("), infos[-1].reason
