@@ -6,11 +6,14 @@ never includes storage options: only ids, states and counts.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 from airflow_tpc import InvalidState, Sink, TxnState
 from airflow_tpc.tables import history
+
+log = logging.getLogger(__name__)
 
 ACTIONS = ("status", "abort", "recover", "expire")
 OPEN_STATES = (TxnState.OPEN, TxnState.PRECOMMITTED)
@@ -46,6 +49,8 @@ def abort(sink: Sink, epoch: str, attempt: int | None = None,
         if info.state in DONE_STATES and not info.staging_files:
             already.append(info.txn_id)  # decided and clean: nothing to write
             continue
+        if info.state is not TxnState.COMMITTED:  # its Spark application first (spark_app)
+            _stop_application(sink, epoch, info.attempt)
         try:
             created = sink.abort(sink.transaction(epoch, info.attempt), reason)
         except InvalidState as exc:
@@ -54,6 +59,15 @@ def abort(sink: Sink, epoch: str, attempt: int | None = None,
         (aborted if created else already).append(info.txn_id)
     return {"action": "abort", "aborted": aborted, "already_aborted": already,
             "refused": refused}
+
+
+def _stop_application(sink: Sink, epoch: str, attempt: int) -> None:
+    """Stop the application the attempt's runtime record names (run page, admin DAG)."""
+    from airflow_tpc.airflow.spark_app import stop_recorded
+
+    what = stop_recorded(sink, epoch, attempt)
+    if what:
+        log.info("%s/%s/%d: %s", sink.namespace, epoch, attempt, what)
 
 
 def recover(sink: Sink, abort_undecided: bool = False,

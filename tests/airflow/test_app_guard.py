@@ -130,3 +130,18 @@ def test_failure_reason_names_what_happened():
     reason = failure_reason(BrokenPipeError(32, "Broken pipe"), None, 4)
     assert reason.startswith("task process lost its supervisor (worker killed")
     assert reason.endswith("spark application stopped (4 process(es) killed)")
+
+
+def test_admin_abort_stops_the_application_first(tmp_path, procs):
+    """The run page's and the admin DAG's abort (admin.abort) stop the attempt's
+    application before aborting it."""
+    from airflow_tpc.airflow import admin
+
+    sink = Sink(str(tmp_path / "t"), "ns")
+    txn = sink.begin("2026-01-01")
+    app = _sleeper("m-admin")
+    procs.append(app)
+    write_record(sink, txn, new_record(txn, "m-admin", {"pid": app.pid}))
+    result = admin.abort(sink, "2026-01-01", txn.attempt, "aborted from the run page")
+    assert result["aborted"] == [txn.txn_id]
+    assert _dead(app)
