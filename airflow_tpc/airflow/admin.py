@@ -49,25 +49,28 @@ def abort(sink: Sink, epoch: str, attempt: int | None = None,
         if info.state in DONE_STATES and not info.staging_files:
             already.append(info.txn_id)  # decided and clean: nothing to write
             continue
-        if info.state is not TxnState.COMMITTED:  # its Spark application first (spark_app)
-            _stop_application(sink, epoch, info.attempt)
         try:
-            created = sink.abort(sink.transaction(epoch, info.attempt), reason)
+            txn = sink.transaction(epoch, info.attempt)
+            created = sink.abort(txn, reason)
         except InvalidState as exc:
             refused.append({"txn_id": info.txn_id, "error": str(exc)})
             continue
+        if _stop_application(sink, epoch, info.attempt):  # after the decision (spark_app)
+            sink.abort(txn, reason)  # idempotent: removes what the job wrote meanwhile
         (aborted if created else already).append(info.txn_id)
     return {"action": "abort", "aborted": aborted, "already_aborted": already,
             "refused": refused}
 
 
-def _stop_application(sink: Sink, epoch: str, attempt: int) -> None:
-    """Stop the application the attempt's runtime record names (run page, admin DAG)."""
+def _stop_application(sink: Sink, epoch: str, attempt: int) -> bool:
+    """Stop the application the attempt's runtime record names (run page, admin DAG);
+    True when it was alive."""
     from airflow_tpc.airflow.spark_app import stop_recorded
 
     what = stop_recorded(sink, epoch, attempt)
     if what:
         log.info("%s/%s/%d: %s", sink.namespace, epoch, attempt, what)
+    return bool(what and what.startswith("spark application stopped"))
 
 
 def recover(sink: Sink, abort_undecided: bool = False,
