@@ -6,11 +6,14 @@ never includes storage options: only ids, states and counts.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 from airflow_tpc import InvalidState, Sink, TxnState
 from airflow_tpc.tables import history
+
+log = logging.getLogger(__name__)
 
 ACTIONS = ("status", "abort", "recover", "expire")
 OPEN_STATES = (TxnState.OPEN, TxnState.PRECOMMITTED)
@@ -47,13 +50,27 @@ def abort(sink: Sink, epoch: str, attempt: int | None = None,
             already.append(info.txn_id)  # decided and clean: nothing to write
             continue
         try:
-            created = sink.abort(sink.transaction(epoch, info.attempt), reason)
+            txn = sink.transaction(epoch, info.attempt)
+            created = sink.abort(txn, reason)
         except InvalidState as exc:
             refused.append({"txn_id": info.txn_id, "error": str(exc)})
             continue
+        if _stop_application(sink, epoch, info.attempt):  # after the decision (spark_app)
+            sink.abort(txn, reason)  # idempotent: removes what the job wrote meanwhile
         (aborted if created else already).append(info.txn_id)
     return {"action": "abort", "aborted": aborted, "already_aborted": already,
             "refused": refused}
+
+
+def _stop_application(sink: Sink, epoch: str, attempt: int) -> bool:
+    """Stop the application the attempt's runtime record names (run page, admin DAG);
+    True when it was alive."""
+    from airflow_tpc.airflow.spark_app import stop_recorded
+
+    what = stop_recorded(sink, epoch, attempt)
+    if what:
+        log.info("%s/%s/%d: %s", sink.namespace, epoch, attempt, what)
+    return bool(what and what.startswith("spark application stopped"))
 
 
 def recover(sink: Sink, abort_undecided: bool = False,

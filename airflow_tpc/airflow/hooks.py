@@ -341,13 +341,17 @@ class TpcHook(TpcBaseHook):
                 continue
             finished = info.state in (TxnState.ABORTED, TxnState.EXPIRED)
             if finished and not info.staging_files:
+                self._stop_application(sink, info)
                 continue
             try:
-                sink.abort(sink.transaction(info.epoch, info.attempt), reason)
+                txn = sink.transaction(info.epoch, info.attempt)
+                sink.abort(txn, reason)
             except InvalidState as exc:  # committed concurrently
                 committed.append(info.txn_id)
                 self.log.warning("%s", exc)
                 continue
+            if self._stop_application(sink, info):
+                sink.abort(txn, reason)  # idempotent: removes what it wrote meanwhile
             if finished:
                 self.log.info("%s was already %s; removed the %d staged file(s) it left",
                               info.txn_id, info.state.value, info.staging_files)
@@ -356,6 +360,17 @@ class TpcHook(TpcBaseHook):
         if aborted:
             self.metrics.incr(ABORTS, len(aborted))
         return {"aborted": aborted, "committed": committed}
+
+    def _stop_application(self, sink: Any, info: Any) -> bool:
+        """Stop the Spark application an attempt's runtime record names; True when it was
+        alive.  After the abort decision (so the reason is this abort's, not the dying
+        task's); the caller then aborts again to remove what the job wrote meanwhile."""
+        from airflow_tpc.airflow.spark_app import stop_recorded
+
+        what = stop_recorded(sink, info.epoch, info.attempt)
+        if what:
+            self.log.info("%s: %s", info.txn_id, what)
+        return bool(what and what.startswith("spark application stopped"))
 
     def abort_quietly(self, txn: Transaction, reason: str) -> bool:
         """Abort ``txn`` now if possible; a failure is logged, never raised (the next attempt

@@ -34,6 +34,14 @@ from airflow_tpc.airflow.job_credentials import (
     write_credentials_file,
 )
 from airflow_tpc.airflow.links import TransactionLink
+from airflow_tpc.airflow.spark_app import (
+    AppStoppingSparkSubmitHook,
+    failure_reason,
+    new_marker,
+    new_record,
+    stop_older,
+    write_record,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -160,10 +168,29 @@ class StagedSparkSubmitOperator(TpcBaseOperator, SparkSubmitOperator):
         self.durable = False
         self._tpc_env: dict[str, str] = {}
         self._tpc_secrets: tuple[str, ...] = ()
+        self._tpc_marker = new_marker()
+        #: (sink, txn) whose runtime record the hook's start writes (single target only)
+        self._tpc_runtime: tuple[Any, Transaction] | None = None
+        self._tpc_killed: str | None = None
+        self._tpc_stopped = 0  # processes of the application on_kill killed
 
     def _get_hook(self) -> SparkSubmitHook:
-        return SecretSafeSparkSubmitHook.adopt(super()._get_hook(), getattr(self, "_tpc_env", {}),
+        hook = SecretSafeSparkSubmitHook.adopt(super()._get_hook(), getattr(self, "_tpc_env", {}),
                                                getattr(self, "_tpc_secrets", ()))
+        return AppStoppingSparkSubmitHook.adopt_app(hook, self._tpc_marker, self._record_app)
+
+    def _record_app(self, started: dict[str, Any]) -> None:
+        """spark-submit runs: write the attempt's runtime record (docs/PROTOCOL.md §2)."""
+        if self._tpc_runtime is not None:
+            sink, txn = self._tpc_runtime
+            write_record(sink, txn, new_record(txn, self._tpc_marker, started))
+
+    def on_kill(self) -> None:
+        """Airflow stops the task (SIGTERM): stop the whole application, not just
+        spark-submit (the hook kills every process carrying the attempt's marker)."""
+        self._tpc_killed = "SIGTERM"
+        self._tpc_stopped = AppStoppingSparkSubmitHook.stop_marked(self._tpc_marker)
+        super().on_kill()
 
     def plan_job_credentials(self, env: dict[str, str]) -> str:
         """Decide how ``env`` (the connection's ``AWS_*``) reaches the job; refuse unsafe setups.
@@ -188,6 +215,7 @@ class StagedSparkSubmitOperator(TpcBaseOperator, SparkSubmitOperator):
 
     def execute(self, context: Context) -> None:
         self._forget_previous_job(context)
+        self._tpc_marker = new_marker()  # one application per try
         hook = self.tpc_hook
         # before begin: a setup that would leak or not deliver credentials fails here
         mode = self.plan_job_credentials(hook.job_env())
@@ -214,8 +242,10 @@ class StagedSparkSubmitOperator(TpcBaseOperator, SparkSubmitOperator):
             self._hook = None  # rebuild the hook with the conf/py_files/files above
             super().execute(context)
         except BaseException as exc:
-            # The attempt is dead: throw its staging away now and fence a late job.
-            abort(f"spark job failed: {type(exc).__name__}")
+            # The attempt is dead: stop its application, throw its staging away now and
+            # fence a late job; the reason says what happened to the task, the application
+            stopped = AppStoppingSparkSubmitHook.stop_marked(self._tpc_marker) + self._tpc_stopped
+            abort(failure_reason(exc, self._tpc_killed, stopped))
             raise
         finally:
             remove_credentials_file(cred_path)
@@ -233,6 +263,9 @@ class StagedSparkSubmitOperator(TpcBaseOperator, SparkSubmitOperator):
         txn = sink.begin(str(self.epoch), owner=_owner(context))
         self.log.info("Began %s (fencing number %d); staging %s", txn.txn_id, txn.attempt,
                       txn.staging_uri)
+        self._tpc_runtime = (sink, txn)
+        for line in stop_older(sink, txn.epoch, txn.attempt):  # fenced now: stop them
+            self.log.warning("Fenced by %s: %s", txn.txn_id, line)
         # The transaction plus *where* it lives (connection name and public options only):
         # enough for the sensor, abort and the UI plugin to find it, no credential.
         doc = {**txn.to_dict(), "storage_conn_id": self.storage_conn_id,

@@ -5,11 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 
@@ -65,55 +60,8 @@ def test_s3_target_via_tpc_format(dagbag, moto_endpoint, capfd):
             assert SECRET not in dump, table
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def spark_cluster(tmp_path_factory):
-    """A standalone master + one worker on 127.0.0.1, via pyspark's bin/spark-class."""
-    import pyspark
-
-    spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
-    port, ui, wui = _free_port(), _free_port(), _free_port()
-    logs = tmp_path_factory.mktemp("spark-cluster")
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(logs / "work"),
-           "PYSPARK_PYTHON": sys.executable,
-           "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"}
-    procs = [subprocess.Popen(
-        [str(spark_class), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-         "--port", str(port), "--webui-port", str(ui)], env=env,
-        stdout=open(logs / "master.log", "w"), stderr=subprocess.STDOUT)]  # noqa: SIM115
-    master = f"spark://127.0.0.1:{port}"
-    procs.append(subprocess.Popen(
-        [str(spark_class), "org.apache.spark.deploy.worker.Worker", master, "--host",
-         "127.0.0.1", "--cores", "2", "--memory", "1g", "--webui-port", str(wui)], env=env,
-        stdout=open(logs / "worker.log", "w"), stderr=subprocess.STDOUT))  # noqa: SIM115
-    deadline = time.monotonic() + 600  # a busy 2-core machine: slow, not failed
-    while time.monotonic() < deadline:
-        if "Successfully registered with master" in (logs / "worker.log").read_text():
-            break
-        time.sleep(0.5)
-    else:
-        for p in procs:
-            p.terminate()
-        pytest.fail("spark worker did not register: " + (logs / "worker.log").read_text()[-2000:])
-    os.environ["AIRFLOW_CONN_SPARK_CLUSTER"] = json.dumps(
-        {"conn_type": "spark", "host": master, "extra": {"deploy-mode": "client"}})
-    yield master, logs
-    for p in reversed(procs):
-        p.terminate()
-    for p in procs:
-        try:
-            p.wait(20)
-        except subprocess.TimeoutExpired:
-            p.kill()
-
-
 def test_standalone_cluster_client_mode(dagbag, spark_cluster, data_root):
-    master, logs = spark_cluster
+    master, logs, _ui = spark_cluster
     dag = dagbag.get_dag("tpc_it_cluster")
     dr = dag.test(logical_date=day("2026-05-01"), run_conf={"rows": 1200})
     assert dr.state == "success", states(dr)
