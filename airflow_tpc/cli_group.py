@@ -154,10 +154,17 @@ def run(_sink: None, args: argparse.Namespace) -> Any:
 # ------------------------------------------------------------------ recover, abort
 def cmd_recover(group: Group, args: argparse.Namespace) -> Any:
     report = group.recover(abort_undecided=args.abort_undecided,
-                           ignore_failures_after_timeout=args.ignore_failures_after_timeout)
+                           ignore_failures_after_timeout=args.ignore_failures_after_timeout,
+                           dry_run=args.dry_run)
     stable = _stable(group)
     if args.json:
         return {**dataclasses.asdict(report), "stable_epochs": stable}
+    if args.dry_run:  # the plan, printed: what the real recover then does
+        return "\n".join(["dry run: nothing was changed; group recover would",
+                          attempt_list("roll forward", report.rolled_forward),
+                          attempt_list("abort", report.aborted),
+                          f"steps on the members ({len(report.finishing)}):",
+                          *(f"  {step}" for step in report.finishing)])
     return "\n".join([attempt_list("rolled forward", report.rolled_forward),
                       attempt_list("aborted", report.aborted),
                       f"stable epochs: {_stable_line(stable)}"])
@@ -264,6 +271,8 @@ def add_group_parser(parser: argparse.ArgumentParser, sub: Any) -> None:
         if name == "recover":
             p.add_argument("--abort-undecided", action="store_true",
                            help="abort every undecided group attempt (no writer is alive)")
+            p.add_argument("--dry-run", action="store_true",
+                           help="print what would change and change nothing")
             p.add_argument("--ignore-failures-after-timeout", action="store_true",
                            help="give up (loudly) member commits that keep failing past the "
                                 "timeout")

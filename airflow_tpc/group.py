@@ -114,7 +114,8 @@ class Group(GroupFinish, GroupMaintenance):
         self.storage = storage
         self.uri = storage.uri(root).rstrip("/")
         # One folder under two spellings (a link) would be two members sharing a ledger.
-        check_same_folders({n: (s.storage, s._root, s.target) for n, s in self.sinks.items()})
+        check_same_folders({n: (s.storage, s.for_group.root, s.target)
+                            for n, s in self.sinks.items()})
         targets = [s.target.rstrip("/") for s in self.sinks.values()]
         if len(set(targets)) != len(targets):
             raise TpcError("two members of a group name the same target")
@@ -123,7 +124,7 @@ class Group(GroupFinish, GroupMaintenance):
             target = sink.target.rstrip("/")
             pairs = [(self.uri, target)]
             if sink.storage.scheme == storage.scheme:  # as the store sees them (links)
-                pairs.append((real_group, real_path(sink.storage, sink._root)))
+                pairs.append((real_group, real_path(sink.storage, sink.for_group.root)))
             if any(a == b or a.startswith(b + "/") or b.startswith(a + "/") for a, b in pairs):
                 raise TpcError(f"the group's folder {self.uri} and the target {target} lie "
                                "inside one another; give the group a folder of its own")
@@ -175,7 +176,7 @@ class Group(GroupFinish, GroupMaintenance):
         self._claim(create=True)
         owner = {"host": socket.gethostname(), "pid": os.getpid(), **(owner or {})}
         attempt = max([max(self.ledger.scan(epoch).get(epoch, {}), default=0)]
-                      + [s._prepare_begin(epoch) for s in self.sinks.values()]) + 1
+                      + [s.for_group.prepare_begin(epoch) for s in self.sinks.values()]) + 1
         for _ in range(1000):
             gtxn = self._try_begin(epoch, attempt, owner)
             if gtxn is not None:
@@ -200,7 +201,8 @@ class Group(GroupFinish, GroupMaintenance):
         members: dict[str, Transaction] = {}
         for name, sink in self.sinks.items():
             crashpoint("group.begin.before_member")
-            txn = sink._try_begin(epoch, attempt, owner, {"uri": self.uri, "member": name})
+            txn = sink.for_group.begin_member(epoch, attempt, owner,
+                                              {"uri": self.uri, "member": name})
             if txn is None:
                 # The number is taken on that target (a writer outside this group):
                 # this group attempt can never commit; decide so, and take the next.
@@ -244,7 +246,7 @@ class Group(GroupFinish, GroupMaintenance):
                                f"{self.uri} (stale or forged transaction)")
         for name, sink in self.sinks.items():
             txn = gtxn.member(name)
-            own = sink._check_own(txn)
+            own = sink.for_group.check(txn)
             if own.group is None or own.group.get("uri", "").rstrip("/") != self.uri \
                     or own.group.get("member") != name:
                 raise InvalidState(f"{txn.txn_id} on {sink.target} is not member {name!r} of "
@@ -297,7 +299,7 @@ class Group(GroupFinish, GroupMaintenance):
             published = self._switch(epoch, attempt, decision, rec, known)
         finally:
             for sink in self.sinks.values():
-                sink._release()
+                sink.for_group.release()
         rolled = self._roll_forward_pending(skip=epoch)
         if outcome == "committed":
             log.info("committed group %s: %s", gtxn.txn_id, ", ".join(
@@ -322,13 +324,13 @@ class Group(GroupFinish, GroupMaintenance):
             member_attempts = sink.ledger.scan(txn.epoch).get(txn.epoch, {})
             mine = member_attempts.get(txn.attempt)
             if mine is not None and DECISION in mine.kinds and isinstance(
-                    sink._decision(txn.epoch, txn.attempt, mine), AbortDecision):
+                    sink.for_group.decision(txn.epoch, txn.attempt, mine), AbortDecision):
                 raise InvalidState(  # hand-written, or by an older build: never overruled
                     f"cannot commit group {gtxn.txn_id}: member {name!r} ({sink.target}) "
                     "already holds an abort decision of its own for this attempt; nothing "
                     "was decided. Abort the group and run the epoch again.")
-            manifest, mdecision = sink._validate_commit(txn, member_attempts,
-                                                        expected.get(name), force)
+            manifest, mdecision = sink.for_group.validate_commit(
+                txn, member_attempts, expected.get(name), force)
             docs[name] = {**mdecision.to_doc(manifest),
                           "group": {"uri": self.uri, "member": name}}
             known[name] = manifest

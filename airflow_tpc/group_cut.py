@@ -101,7 +101,7 @@ def consistent_cut(ledger: GroupLedger, members: Mapping[str, Sink]
 
 def _member_moved_on(sink: Sink, name: str, epoch: str, attempt: int,
                      attempts: dict[int, AttemptRecords]) -> MovedOn | None:
-    won = sink._winner(epoch, attempts)
+    won = sink.for_group.winner(epoch, attempts)
     if won is not None and won[0] == attempt:
         return None
     if won is None:

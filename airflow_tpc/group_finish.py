@@ -97,14 +97,14 @@ class GroupFinish:
         commit in that one call, so engine readers see the tables move together.  Best
         effort: each member's own switch runs next and finds its commit in its table;
         if the catalog refused or lacks the call, each member switches on its own."""
-        keys = {self.sinks[n]._switch_catalog() for n in decision.members}
+        keys = {self.sinks[n].for_group.switch_catalog() for n in decision.members}
         if len(decision.members) < 2 or len(keys) != 1 or None in keys:
             return
         changes = []
         for name in sorted(decision.members):
             sink = self.sinks[name]
             decide_member(sink, epoch, attempt, decision.members[name])
-            change = sink._prepared_switch(epoch, attempt, known.get(name))
+            change = sink.for_group.prepared_switch(epoch, attempt, known.get(name))
             if change is not None:
                 changes.append(change)
         if len(changes) < 2:
@@ -156,7 +156,7 @@ class GroupFinish:
             begin = sink.ledger.read(epoch, attempt, BEGIN)
             if isinstance(begin, Begin) and begin.group is not None \
                     and begin.group.get("uri", "").rstrip("/") == self.uri:
-                sink._abort(epoch, attempt, f"group: {reason}", expired, by_group=True)
+                sink.for_group.abort_for_group(epoch, attempt, f"group: {reason}", expired)
                 crashpoint("group.abort.after_member")
 
 
@@ -169,8 +169,8 @@ def commit_member(sink: Sink, epoch: str, attempt: int, doc: dict[str, Any],
     attempts = sink.ledger.scan(epoch).get(epoch, {})
     rec = attempts.setdefault(attempt, AttemptRecords())
     decide_member(sink, epoch, attempt, doc, rec)
-    won = sink._finish_epoch(epoch, attempts, known=known)
-    sink._roll_forward_pending(epoch, attempts)
+    won = sink.for_group.finish(epoch, attempts, known=known)
+    sink.for_group.roll_forward_pending(epoch, attempts)
     return won
 
 
@@ -184,7 +184,7 @@ def decide_member(sink: Sink, epoch: str, attempt: int, doc: dict[str, Any],
         _, winner = sink.ledger.create_or_get(epoch, attempt, DECISION, doc)
         rec.kinds.add(DECISION)
         rec.docs[DECISION] = winner
-    decision = sink._decision(epoch, attempt, rec)
+    decision = sink.for_group.decision(epoch, attempt, rec)
     if not isinstance(decision, CommitDecision) \
             or decision.manifest_digest != doc["manifest_digest"]:
         raise LedgerError(

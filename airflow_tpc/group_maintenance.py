@@ -11,6 +11,7 @@ import time
 
 from .errors import InvalidState, TpcError
 from .faults import crashpoint
+from .finisher import FinishStep
 from .group_cut import MovedOn, consistent_cut
 from .group_records import (
     GroupAbort,
@@ -22,7 +23,7 @@ from .group_records import (
 )
 from .layout import epoch_sort_key
 from .ledger import AttemptRecords
-from .records import BEGIN, CLOSED, DECISION, PUBLISHED
+from .records import BEGIN, CLOSED, DECISION, PUBLISHED, Begin
 from .sink import Sink
 
 log = logging.getLogger("airflow_tpc")
@@ -49,17 +50,23 @@ class GroupMaintenance:
 
     # ---------------------------------------------------------------- recover
     def recover(self, *, abort_undecided: bool = False, now: float | None = None,
-                ignore_failures_after_timeout: bool = False) -> GroupRecoveryReport:
+                ignore_failures_after_timeout: bool = False,
+                dry_run: bool = False) -> GroupRecoveryReport:
         """Finish every decided group attempt on every member; abort the undecided ones
         that are superseded, expired, or (``abort_undecided``) all of them; then each
         member's own recover (its other epochs, staging left behind).
 
         First of all, the members are checked against ``group.json`` (names and
         targets): a Group given a subset of them, or another target under a member's
-        name, is refused before anything is written."""
+        name, is refused before anything is written.
+
+        ``dry_run=True`` writes nothing: the report (``dry_run`` set) names the attempts
+        it would roll forward and abort, and in ``finishing`` the steps on the members
+        (``switch``/``abort`` per member) the real recover then reports done; each
+        member's own recover runs as a dry run too (only its errors are reported)."""
         self._claim()
         now = time.time() if now is None else now
-        report = GroupRecoveryReport()
+        report = GroupRecoveryReport(dry_run=dry_run)
         scan = self.ledger.scan()
         for epoch in sorted(scan, key=epoch_sort_key):
             attempts = scan[epoch]
@@ -73,6 +80,10 @@ class GroupMaintenance:
                         why = self._why_abort(epoch, attempt, rec, top, abort_undecided, now)
                         if why is None:
                             continue
+                        if dry_run:
+                            report.aborted.append((epoch, attempt, why))
+                            report.finishing.extend(self._abort_steps(epoch, attempt))
+                            continue
                         try:
                             self._decide_abort(epoch, attempt, f"{why} (group recover)",
                                                expired=why == "expired")
@@ -80,20 +91,28 @@ class GroupMaintenance:
                         except InvalidState:
                             pass  # a live committer decided commit meanwhile: finish it
                         rec.kinds.add(DECISION)
-                    if isinstance(self.ledger.get(epoch, attempt, rec, DECISION), GroupCommit):
+                    decision = self.ledger.get(epoch, attempt, rec, DECISION)
+                    if isinstance(decision, GroupCommit):
                         report.rolled_forward.append((epoch, attempt))
-                    self._finish(epoch, attempt, rec)
+                    steps = [FinishStep("switch", epoch, attempt, f"member {n}")
+                             for n in sorted(decision.members)] \
+                        if isinstance(decision, GroupCommit) \
+                        else self._abort_steps(epoch, attempt)
+                    if not dry_run:
+                        self._finish(epoch, attempt, rec)
+                    report.finishing.extend(steps)
                 except TpcError as exc:
                     log.error("group recover could not finish %s/%s/%d: %s", self.namespace,
                               epoch, attempt, exc)
                     report.errors.append((epoch, attempt, str(exc)))
-        if scan:  # nothing to index: never recreate a lost group folder (group_orphans)
+        if scan and not dry_run:  # nothing to index: never recreate a lost group folder
             # Epochs left with an error are left exactly as they are (pending index too).
             self.ledger.sync_pending(scan, self.ledger.pending(),
                                      skip={str(e) for e, _, _ in report.errors})
         for name, sink in self.sinks.items():
             try:
-                sink.recover(now=now, ignore_failures_after_timeout=ignore_failures_after_timeout)
+                sink.recover(now=now, ignore_failures_after_timeout=ignore_failures_after_timeout,
+                             dry_run=dry_run)
             except TpcError as exc:
                 report.errors.append((name, -1, str(exc)))
         if report.errors:
@@ -103,6 +122,17 @@ class GroupMaintenance:
             err.report = report  # type: ignore[attr-defined]
             raise err
         return report
+
+    def _abort_steps(self, epoch: str, attempt: int) -> list[FinishStep]:
+        """A group abort's steps: each member that began the attempt (what
+        ``_abort_members`` carries it out on); read only."""
+        steps = []
+        for name, sink in self.sinks.items():
+            begin = sink.ledger.read(epoch, attempt, BEGIN)
+            if isinstance(begin, Begin) and begin.group is not None \
+                    and begin.group.get("uri", "").rstrip("/") == self.uri:
+                steps.append(FinishStep("abort", epoch, attempt, f"member {name}"))
+        return steps
 
     def _why_abort(self, epoch: str, attempt: int, rec: AttemptRecords, top: int,
                    abort_undecided: bool, now: float) -> str | None:

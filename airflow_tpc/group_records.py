@@ -123,6 +123,10 @@ class GroupRecoveryReport:
     rolled_forward: list[tuple[str, int]] = field(default_factory=list)
     aborted: list[tuple[str, int, str]] = field(default_factory=list)
     errors: list[tuple[str, int, str]] = field(default_factory=list)
+    #: The steps on the members (``switch``/``abort``, reason ``member NAME``): done, or
+    #: in a dry run (``dry_run``) planned.
+    finishing: list[Any] = field(default_factory=list)
+    dry_run: bool = False
 
 
 class GroupLedger(Ledger):

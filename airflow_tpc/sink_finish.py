@@ -10,27 +10,24 @@ is gone.  An abort is one put-if-absent decision, then its staging is removed.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import promote as _promote
 from .errors import GroupMemberError, InvalidState, LedgerError, ManifestError, StorageError
 from .faults import crashpoint
+from .finisher import Finisher
 from .ledger import AttemptRecords, epoch_sort_key
 from .manifest import MANIFEST_NAME, Manifest
-from .member_guard import check_member_commit, kept_for_group
+from .member_guard import kept_for_group
 from .records import (
     ABANDONED,
     BEGIN,
     CLOSED,
     DECISION,
-    DISPLACED_DONE_KINDS,
     FINISHED_KINDS,
     PUBLISHED,
-    SUPERSEDED,
     AbortDecision,
     Begin,
     CommitDecision,
@@ -38,6 +35,7 @@ from .records import (
     needs_finishing,
 )
 from .sink_claim import SinkClaim
+from .sink_member import MemberSink
 
 log = logging.getLogger("airflow_tpc")
 
@@ -114,74 +112,28 @@ class SinkFinish(SinkClaim):
         return manifest
 
     # ---------------------------------------------------------- finish epoch
+    @property
+    def finisher(self) -> Finisher:
+        """The seam between deciding and finishing (:mod:`airflow_tpc.finisher`): plans
+        an epoch's roll-forward and carries it out; every finishing path uses it."""
+        return Finisher(self)
+
+    @property
+    def for_group(self) -> MemberSink:
+        """The public surface a group drives this sink through, as one of its members
+        (:mod:`airflow_tpc.sink_member`)."""
+        return MemberSink(self)  # type: ignore[arg-type]
+
     def _finish_epoch(self, epoch: str, attempts: dict[int, AttemptRecords],
-                      known: Manifest | None = None, rescan: bool = True) -> int | None:
-        """Roll the epoch forward to its winning commit and clean what it displaced.
+                      known: Manifest | None = None) -> int | None:
+        """Roll the epoch forward to its winning commit and clean what it displaced
+        (``finisher.carry_out(finisher.plan(...))``); the winner, None without one.
 
         ``known``: the manifest this call validated staging against and decided
         moments ago; reused (no second parse, no second listing) when it is the
         winner's.  Attempts whose records say they are finished are not read.
         """
-        won = self._winner(epoch, attempts)
-        if won is None:
-            self._close_aborted(epoch, attempts)
-            return None
-        attempt, decision = won
-        rec = attempts[attempt]
-        if PUBLISHED not in rec.kinds:
-            # a group member's copy must be its group's decision (§14.3): never promote
-            # one the group did not make
-            check_member_commit(self, epoch, attempt, decision.manifest_digest, rec)
-            fresh = known is not None and known.attempt == attempt \
-                and known.digest == decision.manifest_digest
-
-            def load() -> Manifest:
-                return known if fresh else self._decided_manifest(  # type: ignore[return-value]
-                    epoch, attempt, decision)
-
-            if not _promote.promote(self.layout, epoch, attempt, decision, load,
-                                    staging_verified=fresh):
-                # A higher attempt is already what readers see: it began and committed
-                # after ``attempts`` was listed (a commit overtaken after its decision).
-                # Judge again from a fresh listing; never mark this one published.
-                again = self.ledger.scan(epoch).get(epoch, {})
-                if not rescan or max(again, default=attempt) <= attempt:
-                    raise LedgerError(
-                        f"epoch {epoch}: the published marker names a higher attempt than "
-                        f"{attempt}, but the ledger holds no higher commit (the ledger was "
-                        "lost or damaged). Nothing was changed: readers keep the published "
-                        "attempt; restore the ledger, or commit a new attempt of the epoch.")
-                attempts.clear()
-                attempts.update(again)
-                return self._finish_epoch(epoch, attempts, rescan=False)
-            crashpoint("commit.before_published")
-            # A fact, not a decision: a concurrent promoter's record is just as good.
-            self.ledger.create_or_get(epoch, attempt, PUBLISHED, {
-                "published_at": time.time(), "txn_id": decision.txn_id,
-                "manifest_digest": decision.manifest_digest})
-            rec.kinds.add(PUBLISHED)
-        for other, orec in attempts.items():
-            if other >= attempt or orec.kinds & DISPLACED_DONE_KINDS:
-                continue
-            odecision = self._decision(epoch, other, orec)
-            if odecision is None:
-                # A group member's is left to its group (group recover aborts it).
-                with contextlib.suppress(GroupMemberError):
-                    self._abort(epoch, other, f"superseded by committed attempt {attempt}",
-                                best_effort=True)
-            elif isinstance(odecision, AbortDecision):
-                # Aborted earlier, perhaps by a try that died before removing staging.
-                # A higher commit won here: its staging can never be published.
-                if self._remove_aborted(epoch, other, odecision, best_effort=True,
-                                        group_checked=True):
-                    self._close(epoch, other, orec)
-            elif self._clean_staging(epoch, other):
-                # A lower commit: its published files went with the swap/cleanup above;
-                # its staging (kept by "manifest" mode or never promoted) went just now,
-                # and only then is it marked superseded (a failed cleanup is retried).
-                self.ledger.create_or_get(epoch, other, SUPERSEDED, {"by": attempt})
-                orec.kinds.add(SUPERSEDED)
-        return attempt
+        return self.finisher.finish(epoch, attempts, known).winner
 
     def _list_pending_soon(self, attempts: dict[int, AttemptRecords]) -> PendingSoon:
         """Start listing the pending index for :meth:`_roll_forward_pending` now, once
@@ -377,14 +329,3 @@ class SinkFinish(SinkClaim):
         self.ledger.create_or_get(epoch, attempt, CLOSED, {"closed_at": time.time()})
         if rec is not None:
             rec.kinds.add(CLOSED)
-
-    def _close_aborted(self, epoch: str, attempts: dict[int, AttemptRecords]) -> None:
-        """An epoch with no commit: finish (close) its aborted attempts.  Targets written
-        before ``closed.json`` existed are brought up to date here, once."""
-        for attempt, rec in attempts.items():
-            if not needs_finishing(rec.kinds):
-                continue
-            decision = self._decision(epoch, attempt, rec)
-            if isinstance(decision, AbortDecision) \
-                    and self._remove_aborted(epoch, attempt, decision, best_effort=True):
-                self._close(epoch, attempt, rec)

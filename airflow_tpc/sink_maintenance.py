@@ -21,7 +21,6 @@ from .records import (
     ABANDONED,
     BEGIN,
     DECISION,
-    DISPLACED_DONE_KINDS,
     PUBLISHED,
     SUPERSEDED,
     AbortDecision,
@@ -77,8 +76,7 @@ class SinkMaintenance(SinkFinish):
             attempts = scan[epoch]
             try:
                 self._check_published_claims(epoch, attempts)
-                won = (self._plan_finish_epoch if dry_run
-                       else self._finish_epoch_recording)(epoch, attempts, report)
+                won = self._finish_epoch_recording(epoch, attempts, report, dry_run)
             except LedgerError as exc:
                 log.error("recover leaves epoch %s of %s untouched: %s", epoch, self.target, exc)
                 report.errors.append((epoch, -1, str(exc)))
@@ -153,30 +151,26 @@ class SinkMaintenance(SinkFinish):
         return len(lost)
 
     def _finish_epoch_recording(self, epoch: str, attempts: dict[int, AttemptRecords],
-                                report: RecoveryReport) -> int | None:
+                                report: RecoveryReport, dry_run: bool) -> int | None:
+        """Finish the epoch through the finisher (:mod:`airflow_tpc.finisher`); a dry run
+        plans it and carries nothing out: one list of branches for both.  The report
+        gets the winner rolled forward, the finishing steps (planned, or done), and in
+        a dry run the undecided attempts below the winner it would abort."""
+        plan = self.finisher.plan(epoch, attempts)
+        if dry_run:
+            if plan.rolls_forward:
+                report.rolled_forward.append((epoch, plan.winner))  # type: ignore[arg-type]
+            report.aborted.extend((epoch, s.attempt, "superseded")
+                                  for s in sorted(plan.steps, key=lambda s: s.attempt)
+                                  if s.kind == "abort")
+            report.finishing.extend(plan.steps)
+            return plan.winner
         pending = {a for a, r in attempts.items() if needs_finishing(r.kinds)}
-        won = self._finish_epoch(epoch, attempts)
-        if won is not None and won in pending:
-            report.rolled_forward.append((epoch, won))
-        return won
-
-    def _plan_finish_epoch(self, epoch: str, attempts: dict[int, AttemptRecords],
-                           report: RecoveryReport) -> int | None:
-        """What :meth:`_finish_epoch_recording` would do, read-only (recover's dry run):
-        the winning commit it would roll forward, the undecided attempts below it it
-        would abort.  Reads the same decisions, so a damaged one raises the same way."""
-        won = self._winner(epoch, attempts)
-        if won is None:
-            return None
-        attempt = won[0]
-        if needs_finishing(attempts[attempt].kinds):
-            report.rolled_forward.append((epoch, attempt))
-        for other, orec in sorted(attempts.items()):
-            if other < attempt and not orec.kinds & DISPLACED_DONE_KINDS \
-                    and self._decision(epoch, other, orec) is None \
-                    and not self._is_member(epoch, other, orec):
-                report.aborted.append((epoch, other, "superseded"))
-        return attempt
+        done = self.finisher.carry_out(plan)
+        if done.winner is not None and done.winner in pending:
+            report.rolled_forward.append((epoch, done.winner))
+        report.finishing.extend(done.done)
+        return done.winner
 
     def _is_member(self, epoch: str, attempt: int, rec: AttemptRecords) -> bool:
         """Whether the attempt belongs to a group (decided only by its group)."""

@@ -144,6 +144,9 @@ class RecoveryReport:
     abandoned: list[tuple[str, int, str]] = field(default_factory=list)
     errors: list[tuple[str, int, str]] = field(default_factory=list)
     cleaned: list[tuple[str, int]] = field(default_factory=list)
+    #: The finishing steps (:class:`~airflow_tpc.finisher.FinishStep`) recover carried out
+    #: on decided epochs, or in a dry run would carry out: the finisher's plan.
+    finishing: list[Any] = field(default_factory=list)
     #: True when nothing was done: the lists say what recover *would* do.
     dry_run: bool = False
 
