@@ -1,10 +1,24 @@
 """airflow-tpc: exactly-once output for Spark batch pipelines via a two-phase commit per epoch.
 
-The package root is the pure protocol (no Airflow import): :class:`Sink` and its
-verbs begin / precommit / commit / abort / recover.  Airflow operators live in
-``airflow_tpc.airflow``; job-side Spark helpers in ``airflow_tpc.spark``.
+The protocol core (no Airflow import) is ``airflow_tpc.core``: :class:`Sink` and its verbs
+begin / precommit / commit / abort / recover; group transactions are ``airflow_tpc.group``;
+the command line ``airflow_tpc.cli``; stores and table formats ``airflow_tpc.storage`` and
+``airflow_tpc.tables``; Airflow operators ``airflow_tpc.airflow``; job-side Spark helpers
+``airflow_tpc.spark``.  docs/ARCHITECTURE.md draws the house.
 """
 
+from . import _moved
+from .core.manifest import FileEntry, Manifest
+from .core.sink import Sink
+from .core.transaction import (
+    CommitResult,
+    DeliveryGuarantee,
+    RecoveryReport,
+    SinkConfig,
+    Transaction,
+    TxnInfo,
+    TxnState,
+)
 from .errors import (
     CommitConflict,
     FencedError,
@@ -19,18 +33,9 @@ from .errors import (
     TransactionExpired,
     UnsupportedStorage,
 )
-from .group import Group, GroupTransaction
-from .manifest import FileEntry, Manifest
-from .sink import Sink
-from .transaction import (
-    CommitResult,
-    DeliveryGuarantee,
-    RecoveryReport,
-    SinkConfig,
-    Transaction,
-    TxnInfo,
-    TxnState,
-)
+from .group.group import Group, GroupTransaction
+
+_moved.install()  # 0.1's root module paths (sink, manifest, ...) import with a warning
 
 __version__ = "0.1.0"
 

@@ -68,4 +68,4 @@ class GroupMemberError(InvalidState):
 
 class PlacementError(TpcError):
     """The target would lie inside, contain, or be named like another target's machinery
-    (see :mod:`airflow_tpc.placement`)."""
+    (see :mod:`airflow_tpc.core.placement`)."""

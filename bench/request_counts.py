@@ -29,7 +29,7 @@ os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing-secret-key")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 
 from airflow_tpc import Sink, SinkConfig  # noqa: E402
-from airflow_tpc.faults import InjectedCrash, armed  # noqa: E402
+from airflow_tpc.core.faults import InjectedCrash, armed  # noqa: E402
 from airflow_tpc.storage import open_storage  # noqa: E402
 
 CALLS = ("read_bytes", "read_versioned", "list", "list_dirs", "put", "put_if_absent",

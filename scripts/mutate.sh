@@ -17,14 +17,22 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/mutmut ] || { echo "mutmut is not installed: pip install -e '.[dev]'" >&2; exit 2; }
 
-DATA=(ledger records 'sink*' marker promote placement 'group*')
+DATA=(ledger records 'sink*' marker promote placement 'group*' 'group/*' member_guard)
 ALL=("${DATA[@]}" 'manifest*' layout tables/scope tables/delta_scope tables/iceberg_partitions)
 if [ $# -eq 0 ]; then set -- "${DATA[@]}"; elif [ "$1" = all ]; then set -- "${ALL[@]}"; fi
 
 globs=()
 for m in "$@"; do
     m=${m#airflow_tpc/}; m=${m%.py}
-    globs+=("airflow_tpc.${m//\//.}.*")
+    # A bare name (ledger, 'sink*', 'group*') is looked for in the core and group folders
+    # too: the modules moved there from the package root (docs/ARCHITECTURE.md).
+    found=0
+    for p in "" core/ group/; do
+        if compgen -G "airflow_tpc/$p$m.py" > /dev/null; then
+            globs+=("airflow_tpc.${p//\//.}${m//\//.}.*"); found=1
+        fi
+    done
+    [ $found = 1 ] || { echo "no module airflow_tpc/[core/|group/]$m.py" >&2; exit 2; }
 done
 
 export SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON="$PWD/.venv/bin/python"

@@ -10,7 +10,7 @@ changed behaviour: the test did not finish) and a mutant no selected test reache
 as not killed: that is a gap in the tests too.
 
 Usage (from the project root, after a run): python scripts/mutate_report.py [glob ...]
-where each glob matches mutant names such as ``airflow_tpc.ledger.*``.
+where each glob matches mutant names such as ``airflow_tpc.core.ledger.*``.
 """
 
 from __future__ import annotations

@@ -57,14 +57,14 @@ from airflow_tpc.airflow.metrics import (
     PRECOMMIT_DURATION,
     ROLL_FORWARDS,
 )
+from airflow_tpc.core.sink_trust import record_validated
 from airflow_tpc.errors import FencedError, TransactionExpired
-from airflow_tpc.sink_trust import record_validated
 
 if TYPE_CHECKING:
     from airflow.sdk.definitions.connection import Connection
 
-    from airflow_tpc.manifest import Manifest, ManifestSummary
-    from airflow_tpc.transaction import CommitResult, TxnInfo
+    from airflow_tpc.core.manifest import Manifest, ManifestSummary
+    from airflow_tpc.core.transaction import CommitResult, TxnInfo
 
 __all__ = [
     "AWS_CONN_TYPE", "LEDGER_ROOT_KEY", "PUBLIC_STORAGE_KEYS", "SINK_ARG_NAMES", "TXN_XCOM_KEY",
@@ -386,11 +386,11 @@ class TpcHook(TpcBaseHook):
         return True
 
     def emit_health(self, now: float | None = None) -> dict[str, Any]:
-        """Compute the target's health (:class:`~airflow_tpc.health.TargetHealth`: one
+        """Compute the target's health (:class:`~airflow_tpc.core.health.TargetHealth`: one
         ``describe``) and send it as gauges; returns it.  The sensor, commit and abort
         tasks call it when their work is done (``metrics.health_at_end``), the admin
         DAG's ``status`` between runs; never the protocol calls themselves."""
-        from airflow_tpc.health import TargetHealth
+        from airflow_tpc.core.health import TargetHealth
 
         health = TargetHealth.of(self.get_sink().describe(now=now), now)
         self.metrics.health(health)

@@ -52,7 +52,7 @@ from airflow.providers.common.compat.openlineage.facet import (
 from airflow.providers.openlineage.extractors import OperatorLineage
 from openlineage.client.facet_v2 import dataset_version_dataset
 
-from airflow_tpc.schemas import PUBLISHED_SCHEMA_BASE
+from airflow_tpc.core.schemas import PUBLISHED_SCHEMA_BASE
 from airflow_tpc.storage import storage_class
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -43,7 +43,7 @@ ABORTS = f"{PREFIX}.aborts"
 EXPIRATIONS = f"{PREFIX}.expirations"
 ROLL_FORWARDS = f"{PREFIX}.roll_forwards"
 FENCED = f"{PREFIX}.fenced"
-#: Gauges of a target's health (:class:`airflow_tpc.health.TargetHealth`), what an
+#: Gauges of a target's health (:class:`airflow_tpc.core.health.TargetHealth`), what an
 #: on-call alert watches: attempts open, sealed, decided but unfinished; the age in
 #: seconds of the oldest undecided one (alert when it nears the transaction timeout).
 OPEN_ATTEMPTS = f"{PREFIX}.attempts.open"
@@ -131,7 +131,7 @@ class TpcMetrics:
             log.warning("Could not emit metric %s: %s", stat, exc)
 
     def health(self, health: Any) -> None:
-        """The target's health gauges (a :class:`~airflow_tpc.health.TargetHealth`)."""
+        """The target's health gauges (a :class:`~airflow_tpc.core.health.TargetHealth`)."""
         self.gauge(OPEN_ATTEMPTS, health.open)
         self.gauge(PRECOMMITTED_ATTEMPTS, health.precommitted)
         self.gauge(UNFINISHED_ATTEMPTS, health.unfinished)

@@ -50,7 +50,7 @@ from airflow_tpc.airflow.task_policy import (
     commit_retry_args,
     refusals_fail_at_once,
 )
-from airflow_tpc.faults import crashpoint
+from airflow_tpc.core.faults import crashpoint
 from airflow_tpc.tables.history import table_uri
 
 if TYPE_CHECKING:

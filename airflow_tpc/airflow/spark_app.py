@@ -33,7 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from airflow_tpc.airflow import app_guard
 from airflow_tpc.airflow.job_credentials import SecretSafeSparkSubmitHook
-from airflow_tpc.layout import TPC_DIR, attempt_name
+from airflow_tpc.core.layout import TPC_DIR, attempt_name
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,10 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from ..core.sink import Sink
+from ..core.transaction import SinkConfig
 from ..errors import TpcError
-from ..sink import Sink
 from ..storage import storage_class
-from ..transaction import SinkConfig
 from .credentials import _credentials_from_env
 
 _ATTEMPT_BASE = re.compile(r"^(?P<base>.*/attempt=\d{6,})/")

@@ -27,13 +27,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.manifest import Manifest
+from ..core.sink import Sink
+from ..core.staging import list_staged
+from ..core.transaction import DeliveryGuarantee, SinkConfig, Transaction
 from ..errors import FencedError, InvalidState, TpcError
-from ..manifest import Manifest
-from ..sink import Sink
-from ..staging import list_staged
 from ..storage import storage_class
 from ..storage.s3_endpoint import check_endpoint_url
-from ..transaction import DeliveryGuarantee, SinkConfig, Transaction
 from .credentials import _credentials_from_env, _credentials_from_file
 from .payload import (
     CONF_KEY,

@@ -22,11 +22,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.group_records import MEMBER_RE
+from ..core.layout import check_attempt, check_epoch
+from ..core.manifest import Manifest
+from ..core.records import BEGIN, Begin
 from ..errors import TpcError
-from ..group_records import MEMBER_RE
-from ..layout import check_attempt, check_epoch
-from ..manifest import Manifest
-from ..records import BEGIN, Begin
 from .context import JobTransaction, NoTransactionError
 from .payload import read_payload
 

@@ -15,9 +15,9 @@ import os
 import re
 from typing import Any
 
+from ..core.transaction import DeliveryGuarantee, Transaction
 from ..errors import TpcError
 from ..storage.s3_endpoint import public_s3_options
-from ..transaction import DeliveryGuarantee, Transaction
 
 log = logging.getLogger("airflow_tpc.spark")
 

@@ -19,9 +19,9 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from ..core.layout import epoch_sort_key
+from ..core.staging import list_staged
 from ..errors import TpcError
-from ..layout import epoch_sort_key
-from ..staging import list_staged
 from ..storage import storage_class
 from .committed import _ATTEMPT_BASE, fsspec_options, group_by_base, reader_sink
 
@@ -143,7 +143,7 @@ def _group_cut(group: str, storage_options: dict[str, Any] | None
     """A look at group ``group``'s consistent cut (PROTOCOL §14.4): its ledger and each
     member's, every member opened as a plain folder from ``group.json`` (a table
     member's ledger root too: no table library)."""
-    from ..group_cut import consistent_cut, member_staging_roots, read_group_claim
+    from ..group.cut import consistent_cut, member_staging_roots, read_group_claim
 
     ledger, claim = read_group_claim(group, storage_options)
     staging = member_staging_roots(ledger)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ..sink import Sink
+from ..core.sink import Sink
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..manifest import Manifest
+    from ..core.manifest import Manifest
 
 log = logging.getLogger("airflow_tpc.spark")
 
@@ -23,7 +23,7 @@ def _hash_parallel(sink: Sink, staging: str, infos: list[Any]) -> dict[str, str]
 
     S3 objects are not read at all (their ETag is used).
     """
-    from ..staging import checksum_for, on_threads
+    from ..core.staging import checksum_for, on_threads
 
     prefix = staging.rstrip("/") + "/"
     sums = on_threads(lambda i: checksum_for(sink.storage, i), infos)
@@ -38,8 +38,8 @@ def _parquet_rows(sink: Sink, staging: str, infos: list[Any],
     A file that is not Parquet after all keeps its rows unknown (None), as before.
     ``keep``: a table target's footers go there (by relative path, as Parquet stores
     them), for :func:`_seal_footers`: the table's check then reads no file again."""
-    from .. import footer
-    from ..staging import on_threads
+    from ..core import footer
+    from ..core.staging import on_threads
 
     prefix = staging.rstrip("/") + "/"
 
@@ -64,10 +64,10 @@ def _parquet_rows(sink: Sink, staging: str, infos: list[Any],
 
 def _seal_footers(sink: Sink, manifest: Manifest, kept: dict[str, bytes]) -> None:
     """Write a table target's footers the job read (``_tpc_footers.json`` beside the
-    manifest, once, naming its digest: :mod:`airflow_tpc.footer`).  Best effort: a
+    manifest, once, naming its digest: :mod:`airflow_tpc.core.footer`).  Best effort: a
     sidecar not written only costs the table's check a read of each footer."""
-    from ..footer import footers_doc
-    from ..staging import FOOTERS_NAME
+    from ..core.footer import footers_doc
+    from ..core.staging import FOOTERS_NAME
 
     sizes = {f.path: f.size for f in manifest.files}
     files = {rel: (sizes[rel], raw) for rel, raw in kept.items() if rel in sizes}

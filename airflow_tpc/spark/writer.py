@@ -22,8 +22,8 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
+from ..core.staging import is_hidden
 from ..errors import TpcError
-from ..staging import is_hidden
 from .context import HIVE_NULL, SIDECAR_PREFIX, JobTransaction
 
 log = logging.getLogger("airflow_tpc.spark")

@@ -2,7 +2,7 @@
 
 The protocol stays one protocol: the ledger's ``decision.json`` is still the commit
 point, and the table format's own atomic commit is the promotion strategy's switch
-(plugged into :func:`airflow_tpc.promote.strategy_for`).  Staged files are added to
+(plugged into :func:`airflow_tpc.core.promote.strategy_for`).  Staged files are added to
 the table where they were written — never copied — so for a table target staging
 lives inside the table's location and committed files are never deleted by
 airflow-tpc while a retained table version references them.
@@ -21,8 +21,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..sink import Sink
-    from ..transaction import SinkConfig
+    from ..core.sink import Sink
+    from ..core.transaction import SinkConfig
     from .base import TableSink
 
 __all__ = ["DeltaSink", "DeltaTarget", "IcebergSink", "IcebergTarget", "TableSchemaError",
@@ -97,7 +97,7 @@ def open_sink(target: str, namespace: str, *, storage_options: dict[str, Any] | 
 
             raise TpcError(f"{name} given for {target!r}, which is not a table target (a "
                            "folder target keeps its ledger in itself)")
-    from ..sink import Sink
+    from ..core.sink import Sink
 
     return Sink(target, namespace, storage_options=storage_options, config=config)
 

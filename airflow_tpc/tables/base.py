@@ -13,7 +13,7 @@ A table target differs from a folder in three places only, and each is here once
   :meth:`~airflow_tpc.tables.target.TableTarget.check_staged`);
 * **the switch** — the format's own atomic commit on one skeleton,
   :class:`~airflow_tpc.tables.switch.TableCommit`, which the target hands to
-  :func:`~airflow_tpc.promote.strategy_for` through the layout.
+  :func:`~airflow_tpc.core.promote.strategy_for` through the layout.
 
 A format plugs in a *target* object (:class:`~airflow_tpc.tables.target.TableTarget`)
 that knows its table and a switch (a ``TableCommit``) that commits to it; the verbs,
@@ -29,15 +29,15 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from ..core.faults import crashpoint
+from ..core.ledger import TPC_DIR, Layout, Ledger, check_epoch
+from ..core.manifest import MANIFEST_NAME
+from ..core.records import BEGIN
+from ..core.sink import Sink
+from ..core.staging import TABLE_STATS_NAME, list_staged
+from ..core.transaction import CommitResult, SinkConfig, Transaction
 from ..errors import StorageError, TpcError
-from ..faults import crashpoint
-from ..ledger import TPC_DIR, Layout, Ledger, check_epoch
-from ..manifest import MANIFEST_NAME
-from ..records import BEGIN
-from ..sink import Sink
-from ..staging import TABLE_STATS_NAME, list_staged
 from ..storage.ahead import reading_ahead
-from ..transaction import CommitResult, SinkConfig, Transaction
 from .scope import Scope
 from .staged import (
     TableSchemaError,  # noqa: F401  (re-exported: it lived here first)
@@ -57,9 +57,9 @@ from .target import (  # noqa: F401  (re-exported: they lived here first)
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..ledger import AttemptRecords
-    from ..manifest import Manifest
-    from ..records import CommitDecision
+    from ..core.ledger import AttemptRecords
+    from ..core.manifest import Manifest
+    from ..core.records import CommitDecision
     from ..storage import ObjectInfo
 
 log = logging.getLogger("airflow_tpc")
@@ -362,7 +362,7 @@ def _placed_location(ledger_uri: str, storage_options: dict[str, Any] | None,
     claim yet, or the claim of another table, which the claim check then refuses).
     Tables are compared by name without the catalog's (one catalog may be named
     differently by an operator's connection and by the CLI)."""
-    from ..ledger import claim_path
+    from ..core.ledger import claim_path
     from ..storage import open_storage
 
     storage, root = open_storage(ledger_uri, storage_options)

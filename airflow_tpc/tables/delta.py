@@ -56,8 +56,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.ledger import epoch_sort_key
 from ..errors import TpcError
-from ..ledger import epoch_sort_key
 from .base import TableSink
 from .delta_commit import DeltaCommit
 from .delta_store import delta_storage_options  # noqa: F401  (re-exported)

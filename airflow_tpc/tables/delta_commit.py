@@ -25,7 +25,7 @@ from .target import PROP_ATTEMPT, PROP_EPOCH, PROP_NAMESPACE, Footers, commit_pr
 if TYPE_CHECKING:  # pragma: no cover
     from deltalake import DeltaTable
 
-    from ..manifest import Manifest
+    from ..core.manifest import Manifest
 
 log = logging.getLogger("airflow_tpc")
 

@@ -33,8 +33,8 @@ import posixpath
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
+from ..core.faults import crashpoint
 from ..errors import StorageError, TpcError
-from ..faults import crashpoint
 from .delta_scope import DeltaScope, partition_text
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -52,9 +52,9 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlparse
 
+from ..core.manifest import Manifest
+from ..core.records import DECISION, CommitDecision
 from ..errors import TpcError
-from ..manifest import Manifest
-from ..records import DECISION, CommitDecision
 from ..storage.ahead import ahead_pool
 from .base import TableLayout, TableSink  # noqa: F401  (TableLayout: it lived here first)
 from .iceberg_commit import IcebergSnapshot, prepare

@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table
 
-    from ..manifest import Manifest
+    from ..core.manifest import Manifest
 
 log = logging.getLogger("airflow_tpc")
 

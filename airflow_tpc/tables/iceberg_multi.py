@@ -27,10 +27,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.manifest import Manifest
+from ..core.records import CommitDecision
+from ..core.staging import verify_against_storage
 from ..errors import StorageError, TpcError
-from ..manifest import Manifest
-from ..records import CommitDecision
-from ..staging import verify_against_storage
 from .base import TableSink
 from .pyiceberg_private import rest_session
 from .staged import read_sealed_stats

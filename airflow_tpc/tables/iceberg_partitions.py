@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..staging import on_threads
+from ..core.staging import on_threads
 
 #: Files read at once (one ranged read of a few columns each).
 READ_THREADS = 8

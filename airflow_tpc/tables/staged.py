@@ -20,14 +20,14 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from .. import footer
+from ..core import footer
+from ..core.staging import TABLE_STATS_NAME, digest_bytes, on_threads
 from ..errors import ManifestError, StorageError
-from ..staging import TABLE_STATS_NAME, digest_bytes, on_threads
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..manifest import Manifest
+    from ..core.manifest import Manifest
+    from ..core.transaction import Transaction
     from ..storage import Storage
-    from ..transaction import Transaction
 
 log = logging.getLogger("airflow_tpc")
 
@@ -182,10 +182,10 @@ def job_footers(read: Callable[[list[str]], tuple[dict[str, Any], list[str]]],
                 ) -> tuple[dict[str, Any], list[str]]:
     """The staged files' footers (``uris`` in the manifest's order) for the first check
     of an attempt the job sealed: the ones the job kept (``_tpc_footers.json``, read
-    once already, when it counted rows: :func:`airflow_tpc.footer.sealed_footers`),
+    once already, when it counted rows: :func:`airflow_tpc.core.footer.sealed_footers`),
     ``read`` of the rest."""
-    from ..footer import sealed_footers
-    from ..staging import FOOTERS_NAME
+    from ..core.footer import sealed_footers
+    from ..core.staging import FOOTERS_NAME
 
     try:  # a manifest naming its statistics was sealed by the table sink: no job kept any
         kept = {} if manifest.table_stats else sealed_footers(

@@ -1,7 +1,7 @@
 """The switch every table format shares: a decided attempt becomes one table commit.
 
 :class:`TableCommit` is the promotion strategy of a table target
-(:func:`airflow_tpc.promote.strategy_for` takes it from the target).  Its
+(:func:`airflow_tpc.core.promote.strategy_for` takes it from the target).  Its
 :meth:`~TableCommit.switch` is one protocol for every format:
 
 1. load the table (the one handed over by the check before the decision, if any);
@@ -31,9 +31,9 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..core.faults import crashpoint
+from ..core.promote import Strategy, _rel_to_root, _swap_marker
 from ..errors import StorageError
-from ..faults import crashpoint
-from ..promote import Strategy, _rel_to_root, _swap_marker
 from .scope import Scope
 from .staged import job_footers, read_sealed_stats
 from .target import EPOCH_SCOPE, Footers, TableTarget
@@ -41,8 +41,8 @@ from .target import EPOCH_SCOPE, Footers, TableTarget
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
 
-    from ..ledger import Layout
-    from ..manifest import Manifest
+    from ..core.ledger import Layout
+    from ..core.manifest import Manifest
     from ..storage import Storage
 
 log = logging.getLogger("airflow_tpc")

@@ -31,8 +31,8 @@ from .staged import EPOCH_COLUMN, epoch_column_problems, norm_uri, read_footers,
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
 
-    from ..manifest import Manifest
-    from ..promote import Strategy
+    from ..core.manifest import Manifest
+    from ..core.promote import Strategy
 
 #: Commit properties (Iceberg snapshot summary / Delta commitInfo) of every epoch commit.
 PROP_TXN_ID = "airflow-tpc.txn-id"

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from airflow_tpc import Sink, TxnState
-from airflow_tpc.faults import armed
+from airflow_tpc.core.faults import armed
 
 from .helpers import day, published, states, tries
 

@@ -300,7 +300,7 @@ def test_abort_that_loses_to_a_concurrent_abort_says_already_aborted(api_client,
     The other abort is made to land exactly between the UI's read of the state and its
     decision (a crash point of the protocol, armed with that abort)."""
     from airflow_tpc import Sink
-    from airflow_tpc.faults import armed
+    from airflow_tpc.core.faults import armed
 
     q, sink, _ = precommitted
     other = Sink(sink.target, sink.namespace)
@@ -328,7 +328,7 @@ def test_abort_of_an_abort_that_crashed_finishes_its_cleanup(api_client, precomm
     """An abort that died after its decision left the staged files: the attempt is
     ABORTED, so the UI's abort answers "already aborted" — and removes what was left,
     rather than leaving staging behind while saying there is nothing to do."""
-    from airflow_tpc.faults import InjectedCrash, armed
+    from airflow_tpc.core.faults import InjectedCrash, armed
 
     q, sink, _ = precommitted
     with armed("abort.after_decision"), pytest.raises(InjectedCrash):

@@ -5,7 +5,7 @@ The real path of an Airflow run, Iceberg and Delta: the job seals with the core 
 the sensor's check runs through
 the hook (``TpcHook.check_precommit``: the poke, and a deferred sensor's second look),
 the commit task's hook commits the pointer.  Footer reads are counted by wrapping the
-one function that reads a staged file's footer (:func:`airflow_tpc.footer.read_footer`):
+one function that reads a staged file's footer (:func:`airflow_tpc.core.footer.read_footer`):
 the real reads of the real files, nothing mocked.  A sealed-statistics file changed
 after the sensor sealed it is never trusted: the commit reads the footers itself, and
 the table holds the true statistics.
@@ -21,9 +21,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_tpc import footer
+from airflow_tpc.core import footer
+from airflow_tpc.core.staging import FOOTERS_NAME, TABLE_STATS_NAME, digest_bytes
 from airflow_tpc.spark.context import JobTransaction, build_payload
-from airflow_tpc.staging import FOOTERS_NAME, TABLE_STATS_NAME, digest_bytes
 from airflow_tpc.tables.staged import norm_uri
 from tests.tables.conftest import spark  # noqa: F401  (the tables' SparkSession fixture)
 

@@ -35,7 +35,7 @@ from datetime import datetime, timezone
 sys.path.insert(0, {here!r})
 from airflow.dag_processing.dagbag import DagBag
 from airflow.sdk.observability import stats
-from airflow_tpc import faults
+from airflow_tpc.core import faults
 import helpers
 
 bag = DagBag(dag_folder={dags!r})

@@ -26,5 +26,5 @@ def test_job_zip_has_core_and_spark_but_not_airflow_layer(tmp_path):
     from airflow_tpc.airflow.operators import package_zip
 
     names = zipfile.ZipFile(package_zip(str(tmp_path))).namelist()
-    assert "airflow_tpc/sink.py" in names and "airflow_tpc/spark/context.py" in names
+    assert "airflow_tpc/core/sink.py" in names and "airflow_tpc/spark/context.py" in names
     assert not [n for n in names if n.startswith("airflow_tpc/airflow/")]

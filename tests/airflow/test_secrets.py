@@ -88,9 +88,9 @@ def test_endpoint_with_credentials_or_query_is_refused_everywhere(airflow_db, en
 
 def test_shown_endpoints_never_carry_user_info_or_query():
     from airflow_tpc.airflow.hooks import public_options
+    from airflow_tpc.core.transaction import Transaction
     from airflow_tpc.spark.context import build_payload, public_storage_options
     from airflow_tpc.storage.s3 import S3Storage, redact_endpoint_url
-    from airflow_tpc.transaction import Transaction
 
     for endpoint in BAD_ENDPOINTS:
         shown = redact_endpoint_url(endpoint)

@@ -14,10 +14,11 @@ import os
 
 import pytest
 
-from airflow_tpc import Sink, manifest_codec
-from airflow_tpc import manifest as manifest_mod
-from airflow_tpc.manifest import SealedEntries
-from airflow_tpc.records import VALIDATED
+from airflow_tpc import Sink
+from airflow_tpc.core import manifest as manifest_mod
+from airflow_tpc.core import manifest_codec
+from airflow_tpc.core.manifest import SealedEntries
+from airflow_tpc.core.records import VALIDATED
 
 FILES = {"part-0.parquet": b"x" * 100, "day=1/part-1.parquet": b"y" * 50}
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from airflow_tpc import Sink, Transaction
-from airflow_tpc.ledger import TPC_DIR
+from airflow_tpc.core.ledger import TPC_DIR
 
 
 def write_staged(sink: Sink, txn: Transaction, files: dict[str, bytes]) -> None:

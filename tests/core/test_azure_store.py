@@ -14,7 +14,7 @@ import pytest
 
 from airflow_tpc import Sink, StorageError, TpcError, UnsupportedStorage
 from airflow_tpc.cli import main
-from airflow_tpc.faults import armed
+from airflow_tpc.core.faults import armed
 from airflow_tpc.storage import AzureStorage, open_storage, storage_class
 
 from .helpers import assert_invariant, committed_contents, stage

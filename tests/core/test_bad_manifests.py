@@ -8,7 +8,7 @@ import os
 import pytest
 
 from airflow_tpc import ManifestError, Sink, TxnState
-from airflow_tpc.manifest import MANIFEST_NAME, digest_of
+from airflow_tpc.core.manifest import MANIFEST_NAME, digest_of
 
 from .helpers import full_tree, snapshot, stage
 
@@ -166,7 +166,7 @@ def test_tampered_manifest_in_canonical_form_is_refused(kind):
     """A manifest file is canonical JSON, and its digest is checked on its bytes (the
     body's canonical form is the file minus the digest member): every tampering is
     refused on that path too, with the same message as in any other form."""
-    from airflow_tpc.manifest import FileEntry, Manifest, canonical_json
+    from airflow_tpc.core.manifest import FileEntry, Manifest, canonical_json
 
     files = [FileEntry("a.parquet", 5, "sha256:" + "a" * 64),
              FileEntry("c/d.parquet", 6, "md5:ab", 3)]
@@ -185,7 +185,7 @@ def test_tampered_manifest_in_canonical_form_is_refused(kind):
 def test_manifest_bytes_parse_as_their_document_in_any_form():
     """The digest checked on a canonical file's bytes and the digest recomputed from a
     re-formatted one agree; a flipped byte in a canonical file is refused."""
-    from airflow_tpc.manifest import FileEntry, Manifest, canonical_json
+    from airflow_tpc.core.manifest import FileEntry, Manifest, canonical_json
 
     manifest = Manifest.build(namespace="n", target="file:///t", epoch="é", attempt=1,
                               staging="/t/s", files=[FileEntry(f"p={i}/x\u00e9.parquet", i,

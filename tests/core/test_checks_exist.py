@@ -27,8 +27,8 @@ from airflow_tpc import (
     TransactionExpired,
     TxnState,
 )
-from airflow_tpc.faults import InjectedCrash, armed
-from airflow_tpc.manifest import MANIFEST_NAME, digest_of
+from airflow_tpc.core.faults import InjectedCrash, armed
+from airflow_tpc.core.manifest import MANIFEST_NAME, digest_of
 
 from ..conftest import make_store
 from .helpers import assert_invariant, committed_contents, read_committed, stage, write_staged

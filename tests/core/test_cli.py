@@ -8,7 +8,7 @@ import sys
 
 from airflow_tpc import Sink
 from airflow_tpc.cli import main
-from airflow_tpc.faults import InjectedCrash, armed
+from airflow_tpc.core.faults import InjectedCrash, armed
 
 from .helpers import stage
 
@@ -63,7 +63,7 @@ def test_version_and_help_for_every_option(capsys):
     import pytest
 
     from airflow_tpc import __version__
-    from airflow_tpc.cli import COMMANDS, build_parser
+    from airflow_tpc.cli.commands import COMMANDS, build_parser
 
     with pytest.raises(SystemExit) as exit_:
         main(["--version"])

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from airflow_tpc import Sink
-from airflow_tpc.cli import build_parser, main
-from airflow_tpc.faults import InjectedCrash, armed
+from airflow_tpc.cli.commands import build_parser, main
+from airflow_tpc.core.faults import InjectedCrash, armed
 from airflow_tpc.group import Group, GroupTransaction
 
 from .helpers import write_staged

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pyiceberg  # noqa: F401  (the tables extra, in dev: a missing one fails, never skips)
 
 from airflow_tpc.cli import main
-from airflow_tpc.faults import InjectedCrash, armed
+from airflow_tpc.core.faults import InjectedCrash, armed
 from airflow_tpc.tables import open_sink
 
 TABLE = "iceberg://local/analytics.events"

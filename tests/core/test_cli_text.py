@@ -8,7 +8,7 @@ import re
 
 from airflow_tpc import Sink
 from airflow_tpc.cli import main
-from airflow_tpc.faults import InjectedCrash, armed
+from airflow_tpc.core.faults import InjectedCrash, armed
 
 from .helpers import full_tree, stage
 from .test_dry_run import _messy

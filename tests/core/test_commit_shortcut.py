@@ -17,14 +17,14 @@ import struct
 import pytest
 
 from airflow_tpc import ManifestError, Sink, SinkConfig
-from airflow_tpc.manifest import (
+from airflow_tpc.core.manifest import (
     MANIFEST_NAME,
     Manifest,
     SealedEntries,
     canonical_json,
     digest_of,
 )
-from airflow_tpc.staging import SEAL_NAMES
+from airflow_tpc.core.staging import SEAL_NAMES
 from airflow_tpc.storage import LocalStorage
 from airflow_tpc.storage.local_status import _status_digest
 

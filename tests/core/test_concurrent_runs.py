@@ -15,7 +15,7 @@ import threading
 import time
 
 from airflow_tpc import Sink
-from airflow_tpc.faults import armed
+from airflow_tpc.core.faults import armed
 
 
 def _stage(txn, name: str, data: bytes = b"x") -> None:

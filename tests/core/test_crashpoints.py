@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_tpc import Sink, SinkConfig, TxnState, faults
-from airflow_tpc.faults import InjectedCrash, armed
+from airflow_tpc import Sink, SinkConfig, TxnState
+from airflow_tpc.core import faults
+from airflow_tpc.core.faults import InjectedCrash, armed
 
 from ..conftest import make_store
 from .helpers import assert_invariant, committed_contents, stage

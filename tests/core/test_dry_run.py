@@ -12,7 +12,7 @@ import pytest
 
 from airflow_tpc import Sink, TxnState
 from airflow_tpc.cli import main
-from airflow_tpc.faults import InjectedCrash, armed
+from airflow_tpc.core.faults import InjectedCrash, armed
 
 from .helpers import full_tree, stage, write_staged
 

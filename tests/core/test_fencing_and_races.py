@@ -20,7 +20,7 @@ from airflow_tpc import (
     TxnState,
     UnsupportedStorage,
 )
-from airflow_tpc.ledger import DECISION
+from airflow_tpc.core.ledger import DECISION
 
 from ..conftest import make_store
 from .helpers import assert_invariant, committed_contents, stage, write_staged

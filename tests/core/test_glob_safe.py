@@ -30,8 +30,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_tpc import Sink, SinkConfig
+from airflow_tpc.core.faults import InjectedCrash, armed
 from airflow_tpc.errors import TpcError
-from airflow_tpc.faults import InjectedCrash, armed
 
 from .helpers import read_committed
 

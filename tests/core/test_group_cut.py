@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_tpc import Sink, faults
-from airflow_tpc.group_cut import MovedOn
+from airflow_tpc import Sink
+from airflow_tpc.core import faults
+from airflow_tpc.group.cut import MovedOn
 
 from .helpers import stage
 from .test_groups import NS, _as_cut, _base, _cut, _group, _stage

@@ -26,11 +26,11 @@ import time
 import pytest
 
 from airflow_tpc import PlacementError, Sink, TpcError, TxnState
+from airflow_tpc.core.faults import InjectedCrash, armed
+from airflow_tpc.core.ledger import Ledger
+from airflow_tpc.core.records import DECISION, AbortDecision
 from airflow_tpc.errors import GroupMemberError, InvalidState, LedgerError
-from airflow_tpc.faults import InjectedCrash, armed
 from airflow_tpc.group import Group, GroupTransaction
-from airflow_tpc.ledger import Ledger
-from airflow_tpc.records import DECISION, AbortDecision
 
 from .helpers import local_tree, write_staged
 

@@ -15,8 +15,8 @@ import sys
 
 import pytest
 
+from airflow_tpc.core.faults import InjectedCrash, armed
 from airflow_tpc.errors import TpcError
-from airflow_tpc.faults import InjectedCrash, armed
 
 from .helpers import full_tree
 from .test_groups import NEW, OLD, _base, _group, _stage

@@ -21,7 +21,8 @@ import textwrap
 
 import pytest
 
-from airflow_tpc import Group, Sink, faults
+from airflow_tpc import Group, Sink
+from airflow_tpc.core import faults
 
 from .helpers import write_staged
 from .test_process_kill import kill_when_paused

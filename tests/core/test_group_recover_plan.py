@@ -9,7 +9,7 @@ import pytest
 
 from airflow_tpc import Sink
 from airflow_tpc.cli import main
-from airflow_tpc.faults import InjectedCrash, armed
+from airflow_tpc.core.faults import InjectedCrash, armed
 from airflow_tpc.group import Group
 
 from .helpers import local_tree, write_staged

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_tpc import Sink, TxnState, faults
+from airflow_tpc import Sink, TxnState
+from airflow_tpc.core import faults
+from airflow_tpc.core.faults import InjectedCrash, crash_at
 from airflow_tpc.errors import FencedError, GroupMemberError, InvalidState, ManifestError
-from airflow_tpc.faults import InjectedCrash, crash_at
 from airflow_tpc.group import Group, GroupTransaction
 
 from ..conftest import make_store

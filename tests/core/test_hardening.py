@@ -28,9 +28,9 @@ from airflow_tpc import (
     UnsupportedStorage,
 )
 from airflow_tpc.cli import main as cli
-from airflow_tpc.faults import InjectedCrash, armed
-from airflow_tpc.ledger import BEGIN, DECISION
-from airflow_tpc.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES
+from airflow_tpc.core.faults import InjectedCrash, armed
+from airflow_tpc.core.ledger import BEGIN, DECISION
+from airflow_tpc.core.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES
 
 from .helpers import committed_contents, full_tree, stage, write_staged
 
@@ -95,7 +95,7 @@ def test_decision_from_another_target_or_namespace_is_refused(tmp_path):
     assert full_tree(sink) == before
 
     # Same epoch, attempt, target and staging, but the manifest names another namespace.
-    from airflow_tpc.manifest import digest_of
+    from airflow_tpc.core.manifest import digest_of
 
     own = Sink(str(tmp_path / "t2"), "hard")
     txn, manifest = stage(own, "1", {"a.parquet": b"x"})
@@ -163,7 +163,7 @@ def test_already_published_is_decided_by_digest_not_attempt_number(tmp_path):
     with pytest.raises(LedgerError, match="readers already see attempt 1"):
         sink.precommit(txn)
     # Sealed anyway (another writer, a restored staging): promotion compares digests.
-    from airflow_tpc.manifest import FileEntry, Manifest
+    from airflow_tpc.core.manifest import FileEntry, Manifest
 
     staged = sink.layout.staging("1", 1)
     manifest = Manifest.build(namespace=txn.namespace, target=txn.target, epoch="1", attempt=1,

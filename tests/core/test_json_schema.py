@@ -1,7 +1,7 @@
 """The published JSON Schemas (docs/schema/) match the code and the documents it writes.
 
 Three claims, each of which a change can break:
-- the checked-in files are what :mod:`airflow_tpc.schemas` generates from the typed
+- the checked-in files are what :mod:`airflow_tpc.core.schemas` generates from the typed
   records (a record that grows a field must republish its schema);
 - every document a real workload writes — on local disk and on S3 — validates
   against the schema of its kind, and every kind is exercised;
@@ -21,12 +21,12 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
 from airflow_tpc import Sink, SinkConfig
+from airflow_tpc.core.faults import InjectedCrash, armed
+from airflow_tpc.core.group_records import parse_group_record
+from airflow_tpc.core.manifest import MANIFEST_NAME, Manifest
+from airflow_tpc.core.schemas import all_schemas, render
 from airflow_tpc.errors import LedgerError
-from airflow_tpc.faults import InjectedCrash, armed
 from airflow_tpc.group import Group
-from airflow_tpc.group_records import parse_group_record
-from airflow_tpc.manifest import MANIFEST_NAME, Manifest
-from airflow_tpc.schemas import all_schemas, render
 from tests.core.helpers import stage, write_staged
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "docs" / "schema"
@@ -53,10 +53,10 @@ def test_checked_in_schemas_are_the_generated_ones():
     on_disk = {p.name.removesuffix(".schema.json"): p.read_text(encoding="utf-8")
                for p in SCHEMA_DIR.glob("*.schema.json")}
     assert set(on_disk) == set(SCHEMAS), \
-        "docs/schema is stale: run `python -m airflow_tpc.schemas docs/schema`"
+        "docs/schema is stale: run `python -m airflow_tpc.core.schemas docs/schema`"
     for kind, schema in SCHEMAS.items():
         assert on_disk[kind] == render(schema), \
-            f"docs/schema/{kind}.schema.json is stale: run `python -m airflow_tpc.schemas " \
+            f"docs/schema/{kind}.schema.json is stale: run `python -m airflow_tpc.core.schemas " \
             "docs/schema`"
 
 

@@ -10,9 +10,9 @@ import json
 import pytest
 
 from airflow_tpc import LedgerError, Sink, SinkConfig
-from airflow_tpc.manifest import MANIFEST_NAME
-from airflow_tpc.marker import marker_doc, read_marker
-from airflow_tpc.marker import rel_to_root as _rel_to_root
+from airflow_tpc.core.manifest import MANIFEST_NAME
+from airflow_tpc.core.marker import marker_doc, read_marker
+from airflow_tpc.core.marker import rel_to_root as _rel_to_root
 
 from .helpers import committed_contents, full_tree, stage
 

@@ -15,8 +15,8 @@ import time
 import pytest
 
 from airflow_tpc import Sink
-from airflow_tpc.faults import InjectedCrash, armed
-from airflow_tpc.records import PUBLISHED
+from airflow_tpc.core.faults import InjectedCrash, armed
+from airflow_tpc.core.records import PUBLISHED
 
 from .helpers import full_tree, stage
 

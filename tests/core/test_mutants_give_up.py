@@ -15,7 +15,7 @@ import json
 import pytest
 
 from airflow_tpc import Sink, SinkConfig, TpcError, TxnState
-from airflow_tpc.faults import InjectedCrash, armed
+from airflow_tpc.core.faults import InjectedCrash, armed
 from airflow_tpc.storage import open_storage
 
 from .faulty import FaultyStorage

@@ -15,10 +15,10 @@ import os
 import pytest
 
 from airflow_tpc import Sink, TpcError
+from airflow_tpc.core.faults import InjectedCrash, crash_at
 from airflow_tpc.errors import InvalidState, LedgerError
-from airflow_tpc.faults import InjectedCrash, crash_at
 from airflow_tpc.group import Group, GroupTransaction
-from airflow_tpc.group_cut import MovedOn, member_staging_roots, read_group_claim
+from airflow_tpc.group.cut import MovedOn, member_staging_roots, read_group_claim
 
 from .helpers import stage
 from .test_group_cut import B_FILES, _published_a

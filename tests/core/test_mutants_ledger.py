@@ -15,8 +15,8 @@ import json
 import pytest
 
 from airflow_tpc import Sink
+from airflow_tpc.core.ledger import ABANDONED, WRITER_FIELD
 from airflow_tpc.errors import CommitConflict
-from airflow_tpc.ledger import ABANDONED, WRITER_FIELD
 
 from .helpers import full_tree, stage
 

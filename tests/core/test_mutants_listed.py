@@ -14,9 +14,9 @@ import logging
 import pytest
 
 from airflow_tpc import PlacementError, Sink, TpcError, TxnState
+from airflow_tpc.core.faults import InjectedCrash, armed
+from airflow_tpc.core.records import BEGIN, CLOSED, DECISION, PUBLISHED
 from airflow_tpc.errors import CommitConflict, LedgerError
-from airflow_tpc.faults import InjectedCrash, armed
-from airflow_tpc.records import BEGIN, CLOSED, DECISION, PUBLISHED
 from airflow_tpc.storage import open_storage
 
 from .faulty import FaultyStorage

@@ -15,13 +15,14 @@ import time
 
 import pytest
 
-from airflow_tpc import Sink, TpcError, TxnState, faults
-from airflow_tpc.faults import InjectedCrash
+from airflow_tpc import Sink, TpcError, TxnState
+from airflow_tpc.core import faults
+from airflow_tpc.core.faults import InjectedCrash
+from airflow_tpc.core.group_records import GROUP_DECISION_FORMAT
+from airflow_tpc.core.ledger import Ledger
+from airflow_tpc.core.manifest import MANIFEST_NAME
+from airflow_tpc.core.records import DECISION, CommitDecision
 from airflow_tpc.group import Group
-from airflow_tpc.group_records import GROUP_DECISION_FORMAT
-from airflow_tpc.ledger import Ledger
-from airflow_tpc.manifest import MANIFEST_NAME
-from airflow_tpc.records import DECISION, CommitDecision
 
 from .helpers import full_tree, local_tree, write_staged
 from .test_groups import (

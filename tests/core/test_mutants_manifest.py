@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 
 from airflow_tpc import Sink
+from airflow_tpc.core.manifest import MANIFEST_NAME, Manifest
+from airflow_tpc.core.manifest_codec import check_relative_path
 from airflow_tpc.errors import ManifestError
-from airflow_tpc.manifest import MANIFEST_NAME, Manifest
-from airflow_tpc.manifest_codec import check_relative_path
 
 from .helpers import stage
 

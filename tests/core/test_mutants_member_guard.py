@@ -21,10 +21,10 @@ import time
 import pytest
 
 from airflow_tpc import Sink, TxnState
+from airflow_tpc.core.faults import InjectedCrash, armed
+from airflow_tpc.core.records import DECISION, AbortDecision
 from airflow_tpc.errors import GroupMemberError
-from airflow_tpc.faults import InjectedCrash, armed
 from airflow_tpc.group import Group, GroupTransaction
-from airflow_tpc.records import DECISION, AbortDecision
 
 from .helpers import full_tree, write_staged
 

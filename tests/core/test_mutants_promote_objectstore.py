@@ -18,8 +18,8 @@ import json
 import pytest
 
 from airflow_tpc import Sink, TxnState
-from airflow_tpc.faults import InjectedCrash, armed
-from airflow_tpc.promote import tag_of, tagged
+from airflow_tpc.core.faults import InjectedCrash, armed
+from airflow_tpc.core.promote import tag_of, tagged
 
 from .helpers import assert_invariant, committed_contents, plain_listing, stage
 from .test_json_schema import validator

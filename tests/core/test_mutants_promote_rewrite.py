@@ -15,8 +15,8 @@ import hashlib
 import pytest
 
 from airflow_tpc import Sink
+from airflow_tpc.core.faults import armed
 from airflow_tpc.errors import StorageError
-from airflow_tpc.faults import armed
 
 from .helpers import committed_contents, stage
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 
 from airflow_tpc import Sink, TxnState
-from airflow_tpc.faults import InjectedCrash, armed
-from airflow_tpc.manifest import Manifest, ManifestSummary
+from airflow_tpc.core.faults import InjectedCrash, armed
+from airflow_tpc.core.manifest import Manifest, ManifestSummary
 
 from .helpers import stage
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from airflow_tpc import Sink
+from airflow_tpc.core.faults import InjectedCrash, armed
+from airflow_tpc.core.ledger import DECISION
+from airflow_tpc.core.sink import state_of_decision
 from airflow_tpc.errors import InvalidState
-from airflow_tpc.faults import InjectedCrash, armed
-from airflow_tpc.ledger import DECISION
-from airflow_tpc.sink import state_of_decision
 
 from .helpers import stage
 

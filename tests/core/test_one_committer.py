@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from airflow_tpc import Sink, TxnState
-from airflow_tpc.ledger import WRITER_FIELD
-from airflow_tpc.records import DECISION
+from airflow_tpc.core.ledger import WRITER_FIELD
+from airflow_tpc.core.records import DECISION
 
 from .helpers import committed_contents, stage
 
@@ -31,7 +31,8 @@ RACER = r"""
 import glob, json, os, sys, time
 frozen = float(sys.argv[5])
 time.time = lambda: frozen          # every racer decides in the same clock tick
-from airflow_tpc import Sink, faults
+from airflow_tpc import Sink
+from airflow_tpc.core import faults
 target, epoch, gate, racers = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[6])
 options = json.loads(sys.argv[4]) or None
 
@@ -90,7 +91,7 @@ def test_same_tick_decisions_are_not_mistaken_for_our_own(tmp_path):
     clock tick) is not told "created"; our own bytes found again (a lost answer) are."""
     sink = Sink(str(tmp_path / "t"), "race")
     txn, manifest = stage(sink, "e1", {"a.parquet": b"A"})
-    from airflow_tpc.records import CommitDecision
+    from airflow_tpc.core.records import CommitDecision
 
     doc = CommitDecision.for_manifest(manifest, decided_at=1.0, mode="move",
                                       verify=sink.config.verify, forced=False).to_doc(manifest)

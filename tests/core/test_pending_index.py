@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_tpc import Sink, faults
-from airflow_tpc.faults import InjectedCrash, armed
-from airflow_tpc.ledger import PENDING_INDEX
-from airflow_tpc.records import DECISION, PUBLISHED
+from airflow_tpc import Sink
+from airflow_tpc.core import faults
+from airflow_tpc.core.faults import InjectedCrash, armed
+from airflow_tpc.core.ledger import PENDING_INDEX
+from airflow_tpc.core.records import DECISION, PUBLISHED
 
 from .helpers import committed_contents, stage
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import pytest
 
 from airflow_tpc import Sink
-from airflow_tpc.faults import InjectedCrash, armed
-from airflow_tpc.ledger import PENDING_INDEX
-from airflow_tpc.records import PUBLISHED
+from airflow_tpc.core.faults import InjectedCrash, armed
+from airflow_tpc.core.ledger import PENDING_INDEX
+from airflow_tpc.core.records import PUBLISHED
 
 from .helpers import committed_contents, stage
 from .test_pending_index import CountingStore, _entries, _history

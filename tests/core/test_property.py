@@ -25,8 +25,8 @@ from airflow_tpc import (
     SinkConfig,
     TpcError,
 )
-from airflow_tpc.faults import InjectedCrash, armed
-from airflow_tpc.records import CommitDecision
+from airflow_tpc.core.faults import InjectedCrash, armed
+from airflow_tpc.core.records import CommitDecision
 
 from .helpers import assert_invariant, committed_contents, write_staged
 

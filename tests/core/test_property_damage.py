@@ -58,9 +58,9 @@ from hypothesis.stateful import (
 )
 
 from airflow_tpc import Sink, SinkConfig, TpcError
-from airflow_tpc.faults import InjectedCrash, armed
-from airflow_tpc.ledger import BEGIN, DECISION
-from airflow_tpc.manifest import MANIFEST_NAME
+from airflow_tpc.core.faults import InjectedCrash, armed
+from airflow_tpc.core.ledger import BEGIN, DECISION
+from airflow_tpc.core.manifest import MANIFEST_NAME
 
 from .helpers import local_tree
 

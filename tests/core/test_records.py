@@ -9,9 +9,9 @@ import os
 import pytest
 
 from airflow_tpc import Sink, SinkConfig, TpcError, TxnState
-from airflow_tpc.faults import InjectedCrash, armed
-from airflow_tpc.ledger import CLOSED, DECISION
-from airflow_tpc.records import CommitDecision, derive_state, needs_finishing
+from airflow_tpc.core.faults import InjectedCrash, armed
+from airflow_tpc.core.ledger import CLOSED, DECISION
+from airflow_tpc.core.records import CommitDecision, derive_state, needs_finishing
 
 from .helpers import assert_invariant, committed_contents, stage
 
@@ -72,7 +72,7 @@ def test_decision_whose_sealed_manifest_changed_is_refused(tmp_path):
     # Staging re-sealed with other content after the decision (a straggler).
     staged = sink.layout.staging("1", 1)
     sink.storage.put(sink.storage.join(staged, "a.parquet"), b"Z")
-    from airflow_tpc.manifest import MANIFEST_NAME, FileEntry, Manifest
+    from airflow_tpc.core.manifest import MANIFEST_NAME, FileEntry, Manifest
 
     forged = Manifest.build(namespace=txn.namespace, target=txn.target, epoch="1", attempt=1,
                             staging=txn.staging_uri,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from airflow_tpc import Sink
-from airflow_tpc.faults import armed
+from airflow_tpc.core.faults import armed
 from airflow_tpc.storage import S3Storage
 
 from .helpers import assert_invariant, committed_contents, plain_listing, stage

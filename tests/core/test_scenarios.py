@@ -10,7 +10,7 @@ import logging
 import pytest
 
 from airflow_tpc import Sink, SinkConfig, StorageError, TpcError, TxnState
-from airflow_tpc.faults import InjectedCrash, armed
+from airflow_tpc.core.faults import InjectedCrash, armed
 from airflow_tpc.storage import open_storage
 
 from .faulty import FaultyStorage

@@ -78,7 +78,7 @@ def test_the_streamed_fingerprints_digest_is_the_sealed_documents():
     """A commit checks staging's status against the sealed fingerprints by digest, hashed
     in pieces; it must be the digest of the document pre-commit seals, byte for byte,
     whatever the names (non-ASCII, quotes, more than one piece)."""
-    from airflow_tpc.staging import digest_bytes, fingerprints_digest, fingerprints_doc
+    from airflow_tpc.core.staging import digest_bytes, fingerprints_digest, fingerprints_doc
     from airflow_tpc.storage import ObjectInfo
 
     for count in (1, 4096, 9001):

@@ -17,12 +17,19 @@ import os
 
 import pytest
 
-from airflow_tpc import LedgerError, ManifestError, Sink, TxnState, manifest_codec
-from airflow_tpc import manifest as manifest_mod
-from airflow_tpc.faults import InjectedCrash, armed
-from airflow_tpc.manifest import MANIFEST_NAME, Manifest, SealedEntries, canonical_json, digest_of
-from airflow_tpc.records import VALIDATED, Validated
-from airflow_tpc.sink_trust import record_validated
+from airflow_tpc import LedgerError, ManifestError, Sink, TxnState
+from airflow_tpc.core import manifest as manifest_mod
+from airflow_tpc.core import manifest_codec
+from airflow_tpc.core.faults import InjectedCrash, armed
+from airflow_tpc.core.manifest import (
+    MANIFEST_NAME,
+    Manifest,
+    SealedEntries,
+    canonical_json,
+    digest_of,
+)
+from airflow_tpc.core.records import VALIDATED, Validated
+from airflow_tpc.core.sink_trust import record_validated
 
 from .helpers import committed_contents, full_tree, stage
 

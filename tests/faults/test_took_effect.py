@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from airflow_tpc import Sink, SinkConfig, TxnState
-from airflow_tpc.ledger import PUBLISHED_MARKER
+from airflow_tpc.core.ledger import PUBLISHED_MARKER
 from airflow_tpc.storage.s3 import S3Storage
 
 from ..core.helpers import assert_invariant, committed_contents, stage

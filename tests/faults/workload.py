@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from airflow_tpc import Sink, TpcError, Transaction
-from airflow_tpc.faults import InjectedCrash, armed
-from airflow_tpc.ledger import PUBLISHED_MARKER
+from airflow_tpc.core.faults import InjectedCrash, armed
+from airflow_tpc.core.ledger import PUBLISHED_MARKER
 
 from ..core.helpers import write_staged
 

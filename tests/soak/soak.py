@@ -36,12 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from airflow_tpc import Sink
+from airflow_tpc.core.faults import InjectedCrash, armed
+from airflow_tpc.core.promote import read_marker, staging_dirs
+from airflow_tpc.core.transaction import Transaction
 from airflow_tpc.errors import TpcError
-from airflow_tpc.faults import InjectedCrash, armed
-from airflow_tpc.promote import read_marker, staging_dirs
 from airflow_tpc.spark import CONF_KEY, JobTransaction, build_payload, current_transaction
 from airflow_tpc.storage import Storage, open_storage
-from airflow_tpc.transaction import Transaction
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "soak"

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from airflow_tpc.promote import read_marker
+from airflow_tpc.core.promote import read_marker
 from tests.soak.soak import KINDS, RACES, Soak, check, is_hidden
 
 SEED = 183     # 9 epochs: every kind (also on S3), 4 concurrent races (one of each kind)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_tpc import Group, Sink, faults
-from airflow_tpc.faults import InjectedCrash
+from airflow_tpc import Group, Sink
+from airflow_tpc.core import faults
+from airflow_tpc.core.faults import InjectedCrash
 from airflow_tpc.spark import read_committed
 
 from ..core.helpers import write_staged

@@ -10,9 +10,9 @@ import uuid
 
 import pytest
 
+from airflow_tpc.core.transaction import Transaction
 from airflow_tpc.errors import TpcError
 from airflow_tpc.spark.context import JobTransaction, build_payload
-from airflow_tpc.transaction import Transaction
 
 FILE_SECRET = "tpc-file-S3cret-0f-the-job-9921"
 TXN = Transaction(namespace="n", target="s3://bucket/table", epoch="2026-01-01", attempt=1,

@@ -17,9 +17,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_tpc.faults import armed
-from airflow_tpc.records import DECISION
-from airflow_tpc.staging import TABLE_STATS_NAME
+from airflow_tpc.core.faults import armed
+from airflow_tpc.core.records import DECISION
+from airflow_tpc.core.staging import TABLE_STATS_NAME
 from airflow_tpc.tables import DeltaSink, IcebergSink, open_sink
 from airflow_tpc.tables.base import TableSchemaError
 from tests.faults.proxy import FaultProxy

@@ -21,11 +21,12 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
 
-from airflow_tpc import FencedError, LedgerError, StorageError, TpcError, TxnState, faults
-from airflow_tpc import promote as _promote
-from airflow_tpc.faults import InjectedCrash, armed
-from airflow_tpc.manifest import FileEntry, Manifest
-from airflow_tpc.records import DECISION
+from airflow_tpc import FencedError, LedgerError, StorageError, TpcError, TxnState
+from airflow_tpc.core import faults
+from airflow_tpc.core import promote as _promote
+from airflow_tpc.core.faults import InjectedCrash, armed
+from airflow_tpc.core.manifest import FileEntry, Manifest
+from airflow_tpc.core.records import DECISION
 from airflow_tpc.tables import DeltaSink, TableSchemaError, open_sink, open_table_sink
 from airflow_tpc.tables.base import PROP_ATTEMPT, PROP_DIGEST, PROP_EPOCH, PROP_TXN_ID
 from airflow_tpc.tables.delta import DeltaCommit, DeltaTarget, app_id, delta_storage_options

@@ -19,7 +19,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from airflow_tpc import TxnState
-from airflow_tpc.faults import InjectedCrash, armed
+from airflow_tpc.core.faults import InjectedCrash, armed
 from airflow_tpc.tables import TableSchemaError
 
 from ..core.helpers import full_tree

@@ -9,7 +9,7 @@ import logging
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_tpc.faults import InjectedCrash, armed
+from airflow_tpc.core.faults import InjectedCrash, armed
 from airflow_tpc.tables import DeltaSink, open_sink
 from airflow_tpc.tables.base import PROP_ATTEMPT, PROP_TXN_ID
 

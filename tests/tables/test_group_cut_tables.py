@@ -6,7 +6,7 @@ delta-rs tables on local disk."""
 
 from __future__ import annotations
 
-from airflow_tpc.group_cut import MovedOn
+from airflow_tpc.group.cut import MovedOn
 from airflow_tpc.spark.readers import _group_cut
 
 from .conftest import rows, write_parquet

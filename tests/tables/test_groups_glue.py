@@ -17,7 +17,7 @@ import pytest
 from pyiceberg.catalog import load_catalog
 
 from airflow_tpc import Sink
-from airflow_tpc.faults import InjectedCrash, armed
+from airflow_tpc.core.faults import InjectedCrash, armed
 from airflow_tpc.group import Group
 from airflow_tpc.tables import IcebergSink
 from airflow_tpc.tables.base import PROP_ATTEMPT, PROP_EPOCH, PROP_TXN_ID

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_tpc import Group, faults
-from airflow_tpc.faults import InjectedCrash
+from airflow_tpc import Group
+from airflow_tpc.core import faults
+from airflow_tpc.core.faults import InjectedCrash
 from airflow_tpc.tables import IcebergSink
 
 from .conftest import rows, write_parquet

@@ -22,11 +22,12 @@ from deltalake import DeltaTable
 from pyiceberg.catalog import load_catalog
 from pyiceberg.expressions import EqualTo
 
-from airflow_tpc import Sink, TxnState, faults
+from airflow_tpc import Sink, TxnState
+from airflow_tpc.core import faults
+from airflow_tpc.core.faults import InjectedCrash, crash_at
+from airflow_tpc.core.records import DECISION
 from airflow_tpc.errors import InvalidState
-from airflow_tpc.faults import InjectedCrash, crash_at
 from airflow_tpc.group import Group, GroupTransaction
-from airflow_tpc.records import DECISION
 from airflow_tpc.tables import DeltaSink, IcebergSink, TableSchemaError
 from airflow_tpc.tables.base import PROP_ATTEMPT, PROP_EPOCH, PROP_TXN_ID
 

@@ -25,10 +25,10 @@ from airflow_tpc import (
     TxnState,
     faults,
 )
-from airflow_tpc import promote as _promote
-from airflow_tpc.faults import InjectedCrash, armed
-from airflow_tpc.manifest import FileEntry, Manifest
-from airflow_tpc.records import DECISION
+from airflow_tpc.core import promote as _promote
+from airflow_tpc.core.faults import InjectedCrash, armed
+from airflow_tpc.core.manifest import FileEntry, Manifest
+from airflow_tpc.core.records import DECISION
 from airflow_tpc.storage import open_storage
 from airflow_tpc.tables import IcebergSink, TableSchemaError, open_sink, open_table_sink
 from airflow_tpc.tables.iceberg import (

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_tpc.faults import InjectedCrash, armed
+from airflow_tpc.core.faults import InjectedCrash, armed
 from airflow_tpc.tables import IcebergSink
 from airflow_tpc.tables.iceberg import PROP_ATTEMPT
 

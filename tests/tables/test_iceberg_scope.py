@@ -14,8 +14,8 @@ from pyiceberg.partitioning import PartitionField
 from pyiceberg.transforms import BucketTransform, DayTransform
 
 from airflow_tpc import TpcError, TxnState
-from airflow_tpc.faults import InjectedCrash, armed
-from airflow_tpc.records import DECISION
+from airflow_tpc.core.faults import InjectedCrash, armed
+from airflow_tpc.core.records import DECISION
 from airflow_tpc.tables import IcebergSink, TableSchemaError
 from airflow_tpc.tables.iceberg import PROP_ATTEMPT, PROP_EPOCH
 from airflow_tpc.tables.scope import Scope

@@ -15,7 +15,7 @@ from pyiceberg.catalog import load_catalog
 from pyiceberg.transforms import IdentityTransform
 
 from airflow_tpc import StorageError, TpcError
-from airflow_tpc.faults import InjectedCrash, armed
+from airflow_tpc.core.faults import InjectedCrash, armed
 from airflow_tpc.tables import IcebergSink, open_sink
 from tests.faults.proxy import FaultPlan, FaultProxy
 

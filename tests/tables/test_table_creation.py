@@ -18,8 +18,8 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_tpc import Sink, TxnState
+from airflow_tpc.core.records import DECISION
 from airflow_tpc.group import Group
-from airflow_tpc.records import DECISION
 from airflow_tpc.tables import DeltaSink, IcebergSink, TableSchemaError
 
 from .conftest import TABLE, rows, write_parquet

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from airflow_tpc import Group, Sink
-from airflow_tpc.faults import InjectedCrash, armed
+from airflow_tpc.core.faults import InjectedCrash, armed
 
 from ..conftest import make_store
 from ..core.helpers import full_tree, local_tree, write_staged

@@ -16,7 +16,7 @@ from importlib.resources import files
 from typing import Any
 from urllib.parse import urlencode
 
-from ... import units
+from ...core import units
 
 _DASH = '<span class="none">—</span>'
 

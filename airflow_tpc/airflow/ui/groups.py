@@ -111,7 +111,7 @@ def _owned(group: Any, doc: dict[str, Any], dag_id: str, run_id: str
 
 def group_row(described: dict[str, Any], members: dict[str, Any]) -> dict[str, Any]:
     """A group attempt's row: its facts from the group's ledger as ``airflow-tpc group
-    status`` reads them (:func:`~airflow_tpc.cli_group.describe_group`: the decision —
+    status`` reads them (:func:`~airflow_tpc.cli.group.describe_group`: the decision —
     COMMITTED, published on every member or not; ABORTED or EXPIRED — else PRECOMMITTED
     once every member is sealed, OPEN before), what is left to do as its reason when it
     has none, and the members' totals.  ``members``: name -> that member's ``TxnInfo``
@@ -131,7 +131,7 @@ def group_row(described: dict[str, Any], members: dict[str, Any]) -> dict[str, A
 
 def _section(base: str, dag_id: str, run_id: str, task_id: str,
              doc: dict[str, Any]) -> ui.GroupSection:
-    from airflow_tpc.cli_group import describe_group
+    from airflow_tpc.cli.group import describe_group
 
     abort_url = ui.url(f"{base}/api/abort-group", dag_id=dag_id, run_id=run_id)
     group = open_group(doc)
@@ -239,8 +239,8 @@ def abort(found: FoundGroup, user: str, via: str) -> dict[str, Any]:
     an earlier abort decided it (the decision is a put-if-absent).  A committed group is
     refused (:class:`InvalidState`, nothing written).  Either way a row of Airflow's
     audit log names the group, its members and the outcome."""
-    from airflow_tpc.group_records import GroupCommit
-    from airflow_tpc.records import DECISION
+    from airflow_tpc.core.group_records import GroupCommit
+    from airflow_tpc.core.records import DECISION
 
     group, gtxn = found.group, found.gtxn
     members = {name: history.shown_target(sink) for name, sink in group.sinks.items()}
@@ -312,7 +312,7 @@ def member_refusal(dag_id: str, run_id: str, epoch: str, attempt: int, *,
               "Abort group on the run page, or POST /airflow-tpc/api/abort-group with the "
               "group's task_id, epoch and attempt)")
     if found is not None:
-        from airflow_tpc.records import BEGIN, Begin
+        from airflow_tpc.core.records import BEGIN, Begin
 
         begin = found.sink.ledger.read(found.info.epoch, found.info.attempt, BEGIN)
         if isinstance(begin, Begin) and begin.group is not None:

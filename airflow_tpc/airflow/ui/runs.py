@@ -308,7 +308,7 @@ def manifest_view(sink: Any, info: Any) -> dict[str, Any]:
       replaced by a later attempt);
     * aborted / expired / open: nothing was sealed, or staging was deleted.
     """
-    from airflow_tpc import promote
+    from airflow_tpc.core import promote
 
     txn = sink.transaction(info.epoch, info.attempt)
     manifest = sink.read_manifest(txn)

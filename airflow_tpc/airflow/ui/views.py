@@ -59,7 +59,7 @@ def _group_json(task_id: str, group: Any, described: dict[str, Any],
 def group_transactions(dag_id: str, run_id: str) -> list[dict[str, Any]]:
     """The ``groups`` of ``/api/transactions``: every group attempt this run began (all
     tries), newest first per task; a group that cannot be opened is a row saying why."""
-    from airflow_tpc.cli_group import describe_group
+    from airflow_tpc.cli.group import describe_group
 
     out = []
     for task_id, doc in groups.group_docs(dag_id, run_id):
@@ -159,7 +159,7 @@ def _timing(started: float | None, timeout: float | None, now: float) -> dict[st
 
 
 def _single_rows(d: dict[str, Any], can_read: Any, now: float) -> list[dict[str, Any]]:
-    from airflow_tpc.records import BEGIN, Begin
+    from airflow_tpc.core.records import BEGIN, Begin
 
     sink = runs.hook_for(d["doc"]).get_sink()
     out = []
@@ -182,8 +182,8 @@ def _single_rows(d: dict[str, Any], can_read: Any, now: float) -> list[dict[str,
 
 
 def _group_rows(d: dict[str, Any], can_read: Any, now: float) -> list[dict[str, Any]]:
-    from airflow_tpc.cli_group import describe_group
-    from airflow_tpc.records import BEGIN
+    from airflow_tpc.cli.group import describe_group
+    from airflow_tpc.core.records import BEGIN
 
     group = groups.open_group(d["doc"])
     out = []
