@@ -28,7 +28,7 @@ from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_tpc import InvalidState, Transaction
-from airflow_tpc.airflow import metrics
+from airflow_tpc.airflow import metrics, spark_app
 from airflow_tpc.airflow.group_base import (
     GROUP_TEMPLATE_FIELDS,
     GROUP_XCOM_KEY,
@@ -94,6 +94,9 @@ class GroupSparkSubmitOperator(GroupTaskMixin, StagedSparkSubmitOperator):
                       gtxn.attempt, ", ".join(f"{n} -> {t.staging_uri}"
                                               for n, t in gtxn.members.items()))
         context["ti"].xcom_push(key=GROUP_XCOM_KEY, value=self.group_args.xcom(gtxn))
+        self._tpc_group_runtime = (group, gtxn)  # _record_app writes its runtime records
+        for line in spark_app.stop_group_older(group, gtxn.epoch, gtxn.attempt):
+            self.log.warning("Fenced by group %s: %s", gtxn.txn_id, line)
 
         def conf_for(credentials_file: str | None) -> dict[str, str]:
             members = {name: job_payload(
@@ -113,6 +116,13 @@ class GroupSparkSubmitOperator(GroupTaskMixin, StagedSparkSubmitOperator):
                 self.log.warning("Could not abort group %s (%s)", gtxn.txn_id, exc)
 
         return conf_for, abort
+
+    def _record_app(self, started: dict[str, Any]) -> None:
+        """spark-submit runs: write the group attempt's runtime record for every member
+        (PROTOCOL.md §3.4.12), so the group's abort paths can stop the application."""
+        runtime = getattr(self, "_tpc_group_runtime", None)
+        if runtime is not None:
+            spark_app.write_group_records(*runtime, self._tpc_marker, started)
 
 
 class GroupCommitOperator(GroupTaskMixin, BaseOperator):
@@ -291,6 +301,12 @@ class GroupAbortOperator(GroupTaskMixin, BaseOperator):
         try:
             with metrics.health_at_end(*hooks.values()):  # each member's gauges
                 made = group.abort(gtxn, self.reason)
+                # after the decision (its reason is this abort's), as TpcHook.abort_run
+                stopped = spark_app.stop_group(group, gtxn.epoch, gtxn.attempt)
+                for line in stopped:
+                    self.log.info("group %s: %s", gtxn.txn_id, line)
+                if spark_app.group_stopped(stopped):
+                    group.abort(gtxn, self.reason)  # removes what the job wrote meanwhile
             if made:  # counted per member, as a single target's abort is
                 for hook in hooks.values():
                     hook.metrics.incr(ABORTS)

@@ -15,6 +15,11 @@ computing (and, on a cluster, keep its executors) until it ends by itself.  So:
   process dies (a SIGKILL leaves no ``on_kill``).  An application on another machine is
   logged as not reachable (its guard stops it when its own task dies).
 
+A group attempt's application writes every member (one job, one marker): its record is
+written for each member's attempt, in that member's ``_tpc/runtime`` (the same record, the
+member's ``txn_id``, plus ``group``), and the group's stoppers ask every member
+(:func:`stop_group`, :func:`stop_group_older`).
+
 No secret is recorded: the master URL loses any user-info, the marker is random.
 """
 
@@ -211,3 +216,38 @@ def stop_older(sink: Any, epoch: str, attempt: int) -> list[str]:
             if what and "already ended" not in what:
                 said.append(f"attempt {older}: {what}")
     return said
+
+
+def write_group_records(group: Any, gtxn: Any, marker: str, started: dict[str, Any]) -> None:
+    """The runtime record of a group attempt's application, once per member (PROTOCOL.md
+    §3.4.12 says why per member): each member's stoppers find it where they look."""
+    for name, sink in group.sinks.items():
+        txn = gtxn.member(name)
+        write_record(sink, txn, {**new_record(txn, marker, started), "group": gtxn.txn_id})
+
+
+def stop_group(group: Any, epoch: str, attempt: int) -> list[str]:
+    """Stop the application of group attempt ``attempt`` (its members' records name one
+    marker: the first member that finds it alive stops it); what happened, one line per
+    member with a record.  Never raises, as :func:`stop_recorded`."""
+    said = []
+    for name, sink in group.sinks.items():
+        what = stop_recorded(sink, epoch, attempt)
+        if what:
+            said.append(f"{name}: {what}")
+    if group_stopped(said):  # the other members' "already ended" is the same application
+        said = [line for line in said if not line.endswith("already ended")]
+    return said
+
+
+def group_stopped(said: list[str]) -> bool:
+    """Whether :func:`stop_group` found the application alive (then abort again: it may
+    have written after the abort decision)."""
+    return any(line.split(": ", 1)[-1].startswith("spark application stopped") for line in said)
+
+
+def stop_group_older(group: Any, epoch: str, attempt: int) -> list[str]:
+    """A new group attempt's begin: stop the applications of the lower attempts of every
+    member (fenced now), as :func:`stop_older` does for one target."""
+    return [f"{name} {line}" for name, sink in group.sinks.items()
+            for line in stop_older(sink, epoch, attempt)]

@@ -239,6 +239,7 @@ def abort(found: FoundGroup, user: str, via: str) -> dict[str, Any]:
     an earlier abort decided it (the decision is a put-if-absent).  A committed group is
     refused (:class:`InvalidState`, nothing written).  Either way a row of Airflow's
     audit log names the group, its members and the outcome."""
+    from airflow_tpc.airflow.spark_app import group_stopped, stop_group
     from airflow_tpc.core.group_records import GroupCommit
     from airflow_tpc.core.records import DECISION
 
@@ -252,6 +253,9 @@ def abort(found: FoundGroup, user: str, via: str) -> dict[str, Any]:
                                "decision for every member (a new run of the epoch replaces "
                                "its output); nothing was changed")
         made = group.abort(gtxn, runs.ABORT_REASON.format(user=user))
+        # after the decision, as the group's abort task (airflow/spark_app.py)
+        if group_stopped(stop_group(group, gtxn.epoch, gtxn.attempt)):
+            group.abort(gtxn, runs.ABORT_REASON.format(user=user))  # what it wrote meanwhile
     except InvalidState:
         runs.audit(found, user, via, "refused", members=members)
         raise

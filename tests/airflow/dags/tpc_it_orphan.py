@@ -2,7 +2,9 @@
 
 ``tpc_it_orphan`` runs it in local mode, ``tpc_it_orphan_cluster`` on the standalone
 cluster (client mode; the connection ``spark_cluster`` is set by that test's fixture).
-The flag prefix and whether the job blocks come from the run's conf.
+``tpc_it_orphan_group`` runs it as a group attempt over two folders (local mode), with
+the group's abort task.  The flag prefix and whether the job blocks come from the run's
+conf.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from datetime import datetime
 
 from airflow.sdk import DAG
 
+from airflow_tpc.airflow.groups import GroupAbortOperator, GroupSparkSubmitOperator
 from airflow_tpc.airflow.operators import StagedSparkSubmitOperator
 
 ROOT = os.environ.get("TPC_IT_ROOT", "/tmp/tpc-it")
@@ -29,3 +32,13 @@ for dag_id, conn in (("tpc_it_orphan", "spark_local"), ("tpc_it_orphan_cluster",
             task_id="submit", application=JOB, application_args=ARGS, conn_id=conn,
             target=os.path.join(ROOT, f"{dag_id}_target"), namespace=dag_id, retries=0,
             **SPARK)
+
+GROUP = {"targets": {"a": os.path.join(ROOT, "tpc_it_orphan_group_a"),
+                     "b": os.path.join(ROOT, "tpc_it_orphan_group_b")},
+         "namespace": "tpc_it_orphan_group"}
+with DAG("tpc_it_orphan_group", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
+         tags=["tpc-test"]):
+    GroupSparkSubmitOperator(
+        task_id="submit", application=JOB, application_args=[*ARGS, "--group", "1"],
+        conn_id="spark_local", retries=0, **GROUP, **SPARK) >> GroupAbortOperator(
+        task_id="abort", submit_task_id="submit", reason="rejected by the test", **GROUP)

@@ -4,6 +4,7 @@
 worker) writes the worker's pid to ``F.worker`` and then waits for ``F.go``, which the
 test never creates: the application lives until something stops it. ``--block 0``
 writes one file into staging and ends at once (a later attempt that must not block).
+``--group 1``: the job of a group attempt (writes every member when it does not block).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 
 from pyspark.sql import SparkSession
 
-from airflow_tpc.spark import current_transaction
+from airflow_tpc.spark import current_group, current_transaction
 
 
 def _publish(path: str, text: str) -> None:
@@ -39,14 +40,16 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--flag", required=True)
     parser.add_argument("--block", type=int, default=1)
+    parser.add_argument("--group", type=int, default=0)
     args = parser.parse_args(argv)
     spark = SparkSession.builder.appName("tpc-block-app").getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    txn = current_transaction(spark)
+    txn = current_group(spark) if args.group else current_transaction(spark)
     _publish(args.flag + ".driver", str(os.getpid()))
     if args.block:
         spark.sparkContext.parallelize([0], 1).map(wait_forever(args.flag)).collect()
-    spark.range(3, numPartitions=1).write.mode("overwrite").parquet(txn.output_uri)
+    for uri in ([txn.output_uri(n) for n in txn.names] if args.group else [txn.output_uri]):
+        spark.range(3, numPartitions=1).write.mode("overwrite").parquet(uri)
     spark.stop()
     return 0
 
