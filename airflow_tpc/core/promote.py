@@ -89,18 +89,11 @@ def promote(layout: Layout, epoch: str, attempt: int, decision: CommitDecision,
         try:
             return _promote(layout, epoch, attempt, decision, load_manifest, staging_verified)
         except (StorageError, ManifestError):
-            # A concurrent promoter may have finished under us: published this very
-            # decision (its cleanup may still be removing the staging our copies read),
-            # published a higher attempt, or finished and removed staging.
+            # A concurrent promoter may have finished (and removed staging) under us.
             current = read_marker(layout, epoch, files=False)
-            if current is not None and current["attempt"] > attempt:
-                return False
-            if current is not None and is_this(current, epoch, attempt,
-                                               decision.manifest_digest):
-                return True  # published: what is left is its promoter's (or recover's) cleanup
             if current is not None and current["attempt"] >= attempt \
                     and not layout.storage.list(layout.staging(epoch, attempt)):
-                return False
+                return is_this(current, epoch, attempt, decision.manifest_digest)
             raise
 
 
