@@ -40,13 +40,16 @@ def weed_binary() -> str:
     return found
 
 
-def _free_port_pair() -> int:
-    """A free port p whose gRPC twin p + 10000 is free too (SeaweedFS's convention)."""
+def _free_port_pair(taken: set[int] | None = None) -> int:
+    """A free port p whose gRPC twin p + 10000 is free too (SeaweedFS's convention), and
+    neither of which is in ``taken``: weed refuses a port that is another one's gRPC twin
+    ("reserved for gRPC calculation"), so the ports of one server must not collide either."""
+    taken = set() if taken is None else taken
     for _ in range(200):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        if port + 10000 > 65535:
+        if port + 10000 > 65535 or {port, port + 10000} & taken:
             continue
         with socket.socket() as s:
             try:
@@ -122,15 +125,20 @@ def start(workdir: Path) -> Seaweed:
         try:
             return _start(workdir)
         except RuntimeError as exc:
-            if "address already in use" not in str(exc) or not tries_left:
+            busy = ("address already in use" in str(exc)
+                    or "Port allocation failed" in str(exc))
+            if not busy or not tries_left:
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _start(workdir: Path) -> Seaweed:
-    ports = {name: _free_port_pair() for name in
-             ("master.port", "volume.port", "filer.port", "s3.port", "s3.port.iceberg",
-              "webdav.port", "admin.port")}
+    ports: dict[str, int] = {}
+    taken: set[int] = set()
+    for name in ("master.port", "volume.port", "filer.port", "s3.port", "s3.port.iceberg",
+                 "webdav.port", "admin.port"):
+        ports[name] = _free_port_pair(taken)
+        taken |= {ports[name], ports[name] + 10000}
     run = uuid.uuid4().hex[:6]  # a fresh folder and log for each start
     data = workdir / f"data-{run}"
     data.mkdir(parents=True, exist_ok=True)

@@ -89,11 +89,20 @@ def promote(layout: Layout, epoch: str, attempt: int, decision: CommitDecision,
         try:
             return _promote(layout, epoch, attempt, decision, load_manifest, staging_verified)
         except (StorageError, ManifestError):
-            # A concurrent promoter may have finished (and removed staging) under us.
+            # A concurrent promoter may have published this decision under us (a store
+            # without a promotion lock: its cleanup removes the staging our copies read),
+            # or a write of ours failed after it took effect.  Then what is left is the
+            # cleanup: run the skeleton once more (it finds the decision published and
+            # only cleans, idempotently); a failure there is ours to report.
             current = read_marker(layout, epoch, files=False)
+            if current is not None and is_this(current, epoch, attempt,
+                                               decision.manifest_digest):
+                return _promote(layout, epoch, attempt, decision, load_manifest,
+                                staging_verified)
+            # Another attempt published and nothing of ours left: nothing to do.
             if current is not None and current["attempt"] >= attempt \
                     and not layout.storage.list(layout.staging(epoch, attempt)):
-                return is_this(current, epoch, attempt, decision.manifest_digest)
+                return False
             raise
 
 

@@ -133,3 +133,36 @@ def test_a_file_a_user_put_in_the_epoch_folder_is_replaced_with_the_epoch(bucket
     sink.commit(second)
     assert plain_listing(sink) == {"1": [b"two"]}
     assert _published_names(sink, "1") == ["_tpc_published.json", "a000002-p.parquet"]
+
+
+def test_a_promoter_whose_copies_lose_their_source_to_the_winners_cleanup_answers_committed(
+        s3_options, s3_bucket):
+    """Two committers of one decision on a store without a promotion lock (S3, Azure):
+    the winner publishes and starts removing staging while the loser's copies still read
+    it.  The loser's failed copy is no error: the marker names this very decision, so it
+    finishes the cleanup and answers committed.  (CI met this race on Azure with six
+    committers: BlobNotFound from the loser while part of staging was still there.)"""
+    sink = Sink(f"s3://{s3_bucket}/t", "objects", storage_options=s3_options)
+    txn, manifest = stage(sink, "1", {"p.parquet": b"one", "q.parquet": b"two"})
+    staging = sink.layout.staging("1", txn.attempt)
+    survivor = sink.storage.join(staging, "q.parquet")
+    fired = []
+
+    def the_winner_finishes_first(name: str) -> None:
+        if fired:
+            return
+        fired.append(name)
+        winner = Sink(f"s3://{s3_bucket}/t", "objects", storage_options=s3_options)
+        with armed("promote.before_copy", lambda _name: None):
+            winner.commit(winner.transaction("1", txn.attempt), expected_digest=manifest.digest)
+        # The winner's delete of staging is under way: one staged file is still there.
+        sink.storage.put(survivor, b"two")
+
+    with armed("promote.before_copy", the_winner_finishes_first):
+        result = sink.commit(txn, expected_digest=manifest.digest)
+
+    assert fired, "the loser never reached its copies"
+    assert result.outcome in ("committed", "already_committed")
+    assert committed_contents(sink) == {"1": [b"one", b"two"]}
+    assert not sink.storage.list(staging)  # the loser finished the winner's cleanup
+    assert_invariant(sink, {"1": [b"one", b"two"]}, open_staging_ok=False)
