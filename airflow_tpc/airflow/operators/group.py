@@ -14,7 +14,7 @@ a target URI, or a dict of that member's sink arguments: ``target``, ``ledger_ur
 ``group_uri`` (the group's own folder) and the shared ``storage_conn_id``,
 ``storage_options``, ``sink_config`` and ``catalog_conn_id``.
 
-The arguments and the group they address are :mod:`airflow_tpc.airflow.group_base`'s
+The arguments and the group they address are :mod:`airflow_tpc.airflow.operators.group_base`'s
 (re-exported here).
 """
 
@@ -28,8 +28,8 @@ from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_tpc import InvalidState, Transaction
-from airflow_tpc.airflow import metrics, spark_app
-from airflow_tpc.airflow.group_base import (
+from airflow_tpc.airflow.hooks.tpc import TpcHook
+from airflow_tpc.airflow.operators.group_base import (
     GROUP_TEMPLATE_FIELDS,
     GROUP_XCOM_KEY,
     MEMBER_KEYS,
@@ -38,12 +38,12 @@ from airflow_tpc.airflow.group_base import (
     _loaded,
     default_group_uri,
 )
-from airflow_tpc.airflow.hooks import TpcHook
-from airflow_tpc.airflow.lineage_abort import abort_summary
-from airflow_tpc.airflow.metrics import ABORTS
-from airflow_tpc.airflow.operators import target_asset
-from airflow_tpc.airflow.submit import StagedSparkSubmitOperator, _owner, job_payload
-from airflow_tpc.airflow.task_policy import (
+from airflow_tpc.airflow.operators.submit import StagedSparkSubmitOperator, _owner, job_payload
+from airflow_tpc.airflow.operators.tpc import target_asset
+from airflow_tpc.airflow.utils import metrics, spark_app
+from airflow_tpc.airflow.utils.lineage_abort import abort_summary
+from airflow_tpc.airflow.utils.metrics import ABORTS
+from airflow_tpc.airflow.utils.task_policy import (
     DEFAULT_ABORT_REASON,
     abort_reason,
     commit_retry_args,
@@ -203,7 +203,7 @@ class GroupCommitOperator(GroupTaskMixin, BaseOperator):
         return summary
 
 
-    # -- OpenLineage (airflow_tpc.airflow.lineage; only with that provider) -----------
+    # -- OpenLineage (airflow_tpc.airflow.utils.lineage; only with that provider) -----------
     def get_openlineage_facets_on_start(self) -> Any:
         """Every member as an output, named before anything is committed."""
         return _group_lineage(self.group_args.hooks())
@@ -220,7 +220,7 @@ class GroupCommitOperator(GroupTaskMixin, BaseOperator):
 def _member_summary(hook: TpcHook, txn: Transaction, pointer: Mapping[str, Any],
                     outcome: str) -> dict[str, Any]:
     """A member's part of the group's commit, shaped as a single commit's summary (what
-    :func:`airflow_tpc.airflow.lineage.lineage` reads), a table's version included."""
+    :func:`airflow_tpc.airflow.utils.lineage.lineage` reads), a table's version included."""
     out = {"outcome": outcome, "epoch": txn.epoch, "attempt": txn.attempt,
            "txn_id": txn.txn_id, "namespace": txn.namespace, "digest": pointer["digest"],
            "files": pointer.get("files"), "bytes": pointer.get("bytes"),
@@ -234,7 +234,7 @@ def _member_summary(hook: TpcHook, txn: Transaction, pointer: Mapping[str, Any],
 def _member_facts(hooks: Mapping[str, TpcHook],
                   members: Mapping[str, dict[str, Any]]) -> dict[str, Any] | None:
     try:
-        from airflow_tpc.airflow.lineage import commit_facts
+        from airflow_tpc.airflow.utils.lineage import commit_facts
     except ImportError:  # no OpenLineage provider: no lineage
         return None
     return {n: commit_facts(hooks[n], s) for n, s in members.items()}
@@ -247,7 +247,7 @@ def _group_lineage(hooks: Mapping[str, TpcHook],
     try:
         from airflow.providers.openlineage.extractors import OperatorLineage
 
-        from airflow_tpc.airflow.lineage import lineage
+        from airflow_tpc.airflow.utils.lineage import lineage
     except ImportError:
         return None
     outputs = []
