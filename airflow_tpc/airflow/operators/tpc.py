@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset
-from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_tpc import InvalidState, Transaction
 from airflow_tpc.airflow.hooks.job_credentials import (
@@ -46,6 +45,7 @@ from airflow_tpc.airflow.utils.lineage_abort import abort_summary
 from airflow_tpc.airflow.utils.metrics import health_at_end
 from airflow_tpc.airflow.utils.task_policy import (
     DEFAULT_ABORT_REASON,
+    AbortTask,
     abort_reason,
     commit_retry_args,
     refusals_fail_at_once,
@@ -246,7 +246,7 @@ def target_asset(target: str) -> Asset:
     return Asset(uri=uri.rstrip("/"))
 
 
-class AbortOperator(TpcBaseOperator):
+class AbortOperator(AbortTask, TpcBaseOperator):
     """Abort the run's transaction(s): by default when submit, sensor or commit failed.
 
     ``trigger_rule="one_failed"`` makes it run when any upstream protocol task fails
@@ -273,9 +273,7 @@ class AbortOperator(TpcBaseOperator):
                  trigger_rule: str = "one_failed", fail_run: bool = False,
                  **kwargs: Any) -> None:
         super().__init__(trigger_rule=trigger_rule, **kwargs)
-        self.submit_task_id = submit_task_id
-        self.reason = reason
-        self.fail_run = fail_run
+        self._init_abort(submit_task_id, reason, fail_run)
 
     def execute(self, context: Context) -> dict[str, Any]:
         doc = pull_txn(context, self.submit_task_id)
@@ -297,22 +295,11 @@ class AbortOperator(TpcBaseOperator):
             txn = Transaction.from_dict(doc)
             self._tpc_summary = abort_summary(txn.epoch, txn.namespace,
                                               result["aborted"])
-        if self.fail_run:
-            context["ti"].xcom_push(key="return_value", value=result)
-            raise AirflowFailException(
-                f"{self.reason}: the run's transaction was aborted "
-                f"({', '.join(result['aborted']) or 'nothing left to abort'}); "
-                "failing the run so the epoch is not taken as committed")
-        return result
+        return self._abort_result(context, result, "transaction")
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """The target, always (an abort concerns it even when an earlier abort, the submit
         task's own, left nothing to do); with every attempt this try aborted (outcome
         ``aborted``, ``abortedAttempts``) when it aborted any.  Nothing was written."""
         return _lineage(self.tpc_hook, getattr(self, "_tpc_summary", None))
-
-    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
-        """A failed abort names the target; a rejection (``fail_run``) fails the task after
-        aborting: its FAIL event names the target and the attempts aborted."""
-        return self.get_openlineage_facets_on_complete(task_instance)
 
