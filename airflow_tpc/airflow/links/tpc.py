@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 #: URL prefix of the airflow-tpc UI plugin (see :mod:`airflow_tpc.airflow.ui.plugin`).
 PLUGIN_URL_PREFIX = "/airflow-tpc"
-#: The commit task's summary XCom (epoch, attempt, digest, totals); see operators.py.
+#: The commit task's summary XCom (epoch, attempt, digest, totals); see operators/tpc.py.
 _COMMIT_XCOM_KEY = "tpc_commit"
 
 
