@@ -26,28 +26,29 @@ def get_provider_info() -> dict[str, Any]:
         }],
         "operators": [{
             "integration-name": "airflow-tpc",
-            "python-modules": ["airflow_tpc.airflow.operators", "airflow_tpc.airflow.submit",
-                               "airflow_tpc.airflow.groups"],
+            "python-modules": ["airflow_tpc.airflow.operators.tpc",
+                               "airflow_tpc.airflow.operators.submit",
+                               "airflow_tpc.airflow.operators.group"],
         }],
         "sensors": [{
             "integration-name": "airflow-tpc",
-            "python-modules": ["airflow_tpc.airflow.sensors",
-                               "airflow_tpc.airflow.group_sensor"],
+            "python-modules": ["airflow_tpc.airflow.sensors.tpc",
+                               "airflow_tpc.airflow.sensors.group"],
         }],
         "triggers": [{
             "integration-name": "airflow-tpc",
-            "python-modules": ["airflow_tpc.airflow.triggers",
-                               "airflow_tpc.airflow.group_sensor"],
+            "python-modules": ["airflow_tpc.airflow.triggers.tpc",
+                               "airflow_tpc.airflow.triggers.group"],
         }],
         "hooks": [{
             "integration-name": "airflow-tpc",
-            "python-modules": ["airflow_tpc.airflow.hooks", "airflow_tpc.airflow.base_hook",
-                               "airflow_tpc.airflow.catalog_hook"],
+            "python-modules": ["airflow_tpc.airflow.hooks.tpc", "airflow_tpc.airflow.hooks.base",
+                               "airflow_tpc.airflow.hooks.catalog"],
         }],
         # The catalog connection of table targets, declared here (Airflow 3.2+ reads the
         # form from provider info; no hook method, no wtforms import).
         "connection-types": [{
-            "hook-class-name": "airflow_tpc.airflow.hooks.IcebergCatalogHook",
+            "hook-class-name": "airflow_tpc.airflow.hooks.catalog.IcebergCatalogHook",
             "hook-name": "Iceberg catalog (airflow-tpc)",
             "connection-type": "iceberg_catalog",
             "ui-field-behaviour": {
@@ -64,11 +65,11 @@ def get_provider_info() -> dict[str, Any]:
             },
         }],
         "extra-links": [
-            "airflow_tpc.airflow.links.ManifestLink",
-            "airflow_tpc.airflow.links.TransactionLink",
+            "airflow_tpc.airflow.links.tpc.ManifestLink",
+            "airflow_tpc.airflow.links.tpc.TransactionLink",
         ],
         "plugins": [{
             "name": "airflow_tpc",
-            "plugin-class": "airflow_tpc.airflow.plugin.AirflowTpcPlugin",
+            "plugin-class": "airflow_tpc.airflow.ui.plugin.AirflowTpcPlugin",
         }],
     }

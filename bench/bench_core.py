@@ -369,7 +369,7 @@ def child_xcom() -> int:
     os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="tpc-bench-airflow-"))
     os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
     try:
-        from airflow_tpc.airflow.sensors import PrecommitSensor
+        from airflow_tpc.airflow.sensors.tpc import PrecommitSensor
     except Exception as exc:  # noqa: BLE001 - Airflow missing: every answer says so
         sensor_error = f"cannot import the Airflow provider: {exc}"
     else:

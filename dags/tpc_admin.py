@@ -39,8 +39,8 @@ with DAG(
     @task
     def act(params: dict | None = None) -> dict:
         """Run the chosen action; the result (ids, states, counts) is the task's XCom."""
-        from airflow_tpc.airflow.admin import run_action
-        from airflow_tpc.airflow.hooks import TpcHook
+        from airflow_tpc.airflow.hooks.tpc import TpcHook
+        from airflow_tpc.airflow.utils.admin import run_action
 
         p = params or {}
         hook = TpcHook(p["target"], p["namespace"],

@@ -47,6 +47,8 @@ from .common import (  # noqa: F401 - the commands' shared pieces, also this mod
     _is_table,
     _positive,
     _storage_options,
+    add_catalog_options,
+    add_s3_options,
     attempt_list,
     catalog_properties,
     open_sink,
@@ -313,28 +315,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--namespace", help="sink namespace (default: the one that claimed the "
                                            "target)")
         p.add_argument("--json", action="store_true", help="print JSON on stdout")
-        s3 = p.add_argument_group("S3 (credentials from AWS_* environment variables)")
-        s3.add_argument("--endpoint-url", help="S3 endpoint (default: $AWS_ENDPOINT_URL)")
-        s3.add_argument("--connect-timeout", type=_positive(float), default=CONNECT_TIMEOUT_S,
-                        metavar="SECONDS",
-                        help=f"give up connecting to S3 after this long (default "
-                             f"{CONNECT_TIMEOUT_S:g})")
-        s3.add_argument("--read-timeout", type=_positive(float), default=READ_TIMEOUT_S,
-                        metavar="SECONDS",
-                        help=f"give up waiting for an S3 answer after this long (default "
-                             f"{READ_TIMEOUT_S:g})")
-        s3.add_argument("--max-attempts", type=_positive(int), default=MAX_ATTEMPTS,
-                        metavar="N",
-                        help=f"attempts per S3 request, first one included (default "
-                             f"{MAX_ATTEMPTS})")
-        cat = p.add_argument_group("table targets (pyiceberg catalog properties; values are "
-                                   "never printed)")
-        cat.add_argument("--catalog-property", action="append", metavar="KEY=VALUE",
-                         help="one catalog property as pyiceberg names it (repeatable), e.g. "
-                              "uri=sqlite:////data/cat.db, warehouse=file:///data/wh")
-        cat.add_argument("--catalog-config", metavar="FILE",
-                         help="catalog properties from a JSON or YAML file (a mapping, or a "
-                              ".pyiceberg.yaml with a 'catalog:' section)")
+        add_s3_options(p)
+        cat = add_catalog_options(
+            p, "table targets",
+            "one catalog property as pyiceberg names it (repeatable), e.g. "
+            "uri=sqlite:////data/cat.db, warehouse=file:///data/wh",
+            "catalog properties from a JSON or YAML file (a mapping, or a .pyiceberg.yaml "
+            "with a 'catalog:' section)")
         cat.add_argument("--ledger-uri", metavar="URI",
                          help="the table's ledger, kept apart from the table (as the "
                               "pipeline's ledger_uri): managed table storage, REST catalogs")

@@ -163,6 +163,23 @@ def _positive(kind: type) -> Any:
     return parse
 
 
+def add_s3_options(p: argparse.ArgumentParser) -> None:
+    """The S3 options every command that opens a store takes (a TARGET's, a group's)."""
+    s3 = p.add_argument_group("S3 (credentials from AWS_* environment variables)")
+    s3.add_argument("--endpoint-url", help="S3 endpoint (default: $AWS_ENDPOINT_URL)")
+    s3.add_argument("--connect-timeout", type=_positive(float), default=CONNECT_TIMEOUT_S,
+                    metavar="SECONDS",
+                    help=f"give up connecting to S3 after this long (default "
+                         f"{CONNECT_TIMEOUT_S:g})")
+    s3.add_argument("--read-timeout", type=_positive(float), default=READ_TIMEOUT_S,
+                    metavar="SECONDS",
+                    help=f"give up waiting for an S3 answer after this long (default "
+                         f"{READ_TIMEOUT_S:g})")
+    s3.add_argument("--max-attempts", type=_positive(int), default=MAX_ATTEMPTS, metavar="N",
+                    help=f"attempts per S3 request, first one included (default "
+                         f"{MAX_ATTEMPTS})")
+
+
 def attempt_list(title: str, items: list[tuple[Any, ...]],
                  detail: Any = None) -> str:
     """A report's list of attempts as text: ``title: none``, or ``title (n):`` and one
@@ -192,3 +209,14 @@ class ShownProblem(TpcError):
         super().__init__(message)
         self.output = output
 
+
+def add_catalog_options(p: argparse.ArgumentParser, what: str, property_help: str,
+                        config_help: str) -> argparse._ArgumentGroup:
+    """The catalog options of a table TARGET or of a group's table members (``what``);
+    the group they are in, for the ``--ledger-uri`` each spells its own way."""
+    cat = p.add_argument_group(f"{what} (pyiceberg catalog properties; values are never "
+                               "printed)")
+    cat.add_argument("--catalog-property", action="append", metavar="KEY=VALUE",
+                     help=property_help)
+    cat.add_argument("--catalog-config", metavar="FILE", help=config_help)
+    return cat

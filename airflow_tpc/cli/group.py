@@ -34,13 +34,11 @@ from ..group.claim import (
 from ..group.group import Group, GroupAbort, GroupCommit
 from ..storage import open_storage
 from .common import (
-    CONNECT_TIMEOUT_S,
-    MAX_ATTEMPTS,
-    READ_TIMEOUT_S,
     _attempt,
     _is_table,
-    _positive,
     _storage_options,
+    add_catalog_options,
+    add_s3_options,
     attempt_list,
     catalog_properties,
     open_sink,
@@ -208,28 +206,16 @@ GROUP_COMMANDS = {
 
 
 def _store_options(p: argparse.ArgumentParser) -> None:
-    """The S3 and catalog options of the single-target commands (cli.build_parser)."""
-    s3 = p.add_argument_group("S3 (credentials from AWS_* environment variables)")
-    s3.add_argument("--endpoint-url", help="S3 endpoint (default: $AWS_ENDPOINT_URL)")
-    s3.add_argument("--connect-timeout", type=_positive(float), default=CONNECT_TIMEOUT_S,
-                    metavar="SECONDS", help=f"give up connecting to S3 after this long "
-                                            f"(default {CONNECT_TIMEOUT_S:g})")
-    s3.add_argument("--read-timeout", type=_positive(float), default=READ_TIMEOUT_S,
-                    metavar="SECONDS", help=f"give up waiting for an S3 answer after this "
-                                            f"long (default {READ_TIMEOUT_S:g})")
-    s3.add_argument("--max-attempts", type=_positive(int), default=MAX_ATTEMPTS, metavar="N",
-                    help=f"attempts per S3 request, first one included (default "
-                         f"{MAX_ATTEMPTS})")
-    cat = p.add_argument_group("table members (pyiceberg catalog properties; values are "
-                               "never printed)")
-    cat.add_argument("--catalog-property", action="append", metavar="KEY=VALUE",
-                     help="one catalog property as pyiceberg names it (repeatable), for "
-                          "the Iceberg members (for Delta members only in a group without "
-                          "Iceberg members: delta-rs storage options)")
-    cat.add_argument("--catalog-config", metavar="FILE",
-                     help="catalog properties from a JSON or YAML file (a mapping, or a "
-                          ".pyiceberg.yaml with a 'catalog:' section: each table member "
-                          "takes its own catalog's)")
+    """The S3 options of every command, and the catalog options as a group's members take
+    them (a member's own ``--ledger-uri NAME=URI``)."""
+    add_s3_options(p)
+    cat = add_catalog_options(
+        p, "table members",
+        "one catalog property as pyiceberg names it (repeatable), for the Iceberg members "
+        "(for Delta members only in a group without Iceberg members: delta-rs storage "
+        "options)",
+        "catalog properties from a JSON or YAML file (a mapping, or a .pyiceberg.yaml with a "
+        "'catalog:' section: each table member takes its own catalog's)")
     cat.add_argument("--ledger-uri", action="append", metavar="NAME=URI",
                      type=_pair("--ledger-uri", "URI", "its ledger URI"),
                      help="a table member's ledger, kept apart from the table (repeatable)")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import LedgerError, TpcError
-from .layout import TPC_DIR, Layout, check_attempt, check_epoch
+from .layout import TPC_DIR, AttemptId, Layout, check_attempt, check_epoch
 from .ledger import Ledger
 from .records import BEGIN, CLOSED, DECISION, PUBLISHED, Fact
 from .transaction import Transaction
@@ -30,7 +30,7 @@ MEMBER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
 @dataclass(frozen=True)
-class GroupTransaction:
+class GroupTransaction(AttemptId):
     """One attempt at one epoch of a group: a member transaction per target, all with
     the group's attempt number (the fencing number of every member)."""
 
@@ -41,10 +41,6 @@ class GroupTransaction:
     started_at: float
     timeout_s: float
     members: dict[str, Transaction] = field(compare=False)
-
-    @property
-    def txn_id(self) -> str:
-        return f"{self.namespace}/{self.epoch}/{self.attempt}"
 
     def member(self, name: str) -> Transaction:
         try:

@@ -5,7 +5,7 @@ Derived from :meth:`Sink.describe` (the one state derivation), so it costs what
 ``describe`` costs: one listing of the ledger and a read of each attempt's records.
 That is why the protocol's own calls never compute it; the Airflow tasks that touch a
 ledger send it once their work is done, while metrics are on
-(:func:`airflow_tpc.airflow.metrics.health_at_end`), and the admin DAG's ``status``
+(:func:`airflow_tpc.airflow.utils.metrics.health_at_end`), and the admin DAG's ``status``
 (or any task calling :meth:`TpcHook.emit_health`) between runs.
 """
 

@@ -26,6 +26,25 @@ PENDING_INDEX = "index.json"
 _ATTEMPT_TEXT_RE = re.compile(r"[0-9]{1,12}")
 
 
+class AttemptId:
+    """``txn_id`` and ``fencing_number`` of anything naming one attempt of one epoch in a
+    namespace (a transaction, a group transaction, its manifest, the job's view of it),
+    spelt once: the id is the same string in the ledger, XComs, the UI and lineage."""
+
+    namespace: str
+    epoch: str
+    attempt: int
+
+    @property
+    def txn_id(self) -> str:
+        return f"{self.namespace}/{self.epoch}/{self.attempt}"
+
+    @property
+    def fencing_number(self) -> int:
+        """The attempt number: higher for every new attempt of the epoch (PROTOCOL §3)."""
+        return self.attempt
+
+
 def check_epoch(epoch: Any) -> str:
     if not isinstance(epoch, str) or not EPOCH_RE.fullmatch(epoch):
         raise TpcError(f"invalid epoch {epoch!r}: use letters, digits, '.', '_' or '-' "

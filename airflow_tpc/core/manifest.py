@@ -16,6 +16,7 @@ from functools import cached_property
 from typing import Any
 
 from ..errors import ManifestError
+from .layout import AttemptId
 from .manifest_codec import (
     CHECKSUM_ALGOS,
     PLAIN_PATH_RE,
@@ -51,7 +52,7 @@ MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
-class Manifest:
+class Manifest(AttemptId):
     """A sealed, versioned list of an attempt's staged files."""
 
     namespace: str
@@ -72,10 +73,6 @@ class Manifest:
     #: The folders below staging as this process's verification walked them (not part
     #: of the document), so promotion need not walk staging again; None when unknown.
     staging_folders: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
-
-    @property
-    def txn_id(self) -> str:
-        return f"{self.namespace}/{self.epoch}/{self.attempt}"
 
     @property
     def total_files(self) -> int:

@@ -302,7 +302,7 @@ def fingerprints_schema() -> dict[str, Any]:
 
 
 def openlineage_facet_schema() -> dict[str, Any]:
-    """The ``airflowTpc`` OpenLineage dataset facet (airflow_tpc/airflow/lineage.py).  Its
+    """The ``airflowTpc`` OpenLineage dataset facet (airflow_tpc/airflow/utils/lineage.py).  Its
     ``$id`` is the facet's ``_schemaURL``: a lineage consumer fetches it from there."""
     attempt = {"type": "integer", "minimum": 1}
     txn_id = {"type": "string", "minLength": 1}

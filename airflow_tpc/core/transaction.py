@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import TpcError
+from .layout import AttemptId
 from .manifest import Manifest
 
 DEFAULT_TIMEOUT_S = 7 * 24 * 3600.0
@@ -86,7 +87,7 @@ class SinkConfig:
 
 
 @dataclass(frozen=True)
-class Transaction:
+class Transaction(AttemptId):
     """One attempt at one epoch of one target: (namespace, epoch, attempt).
 
     ``attempt`` is the fencing number: strictly higher for every new attempt of
@@ -101,14 +102,6 @@ class Transaction:
     staging_uri: str
     started_at: float
     timeout_s: float
-
-    @property
-    def txn_id(self) -> str:
-        return f"{self.namespace}/{self.epoch}/{self.attempt}"
-
-    @property
-    def fencing_number(self) -> int:
-        return self.attempt
 
     def age(self, now: float | None = None) -> float:
         return (time.time() if now is None else now) - self.started_at

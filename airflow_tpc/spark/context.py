@@ -43,6 +43,7 @@ from .payload import (
     _check_credentials_file_name,
     _check_table_uri,
     build_payload,
+    payload_object,
     public_storage_options,
     read_payload,
     spark_conf_for,
@@ -207,15 +208,7 @@ class JobTransaction:
     def from_payload(cls, payload: str | dict[str, Any], *, where: str = "payload"
                      ) -> JobTransaction:
         """Parse and check a payload; refuse one that carries credentials."""
-        if isinstance(payload, str):
-            try:
-                doc = json.loads(payload)
-            except ValueError as exc:
-                raise TpcError(f"{where} is not valid JSON: {exc}") from None
-        else:
-            doc = dict(payload)
-        if not isinstance(doc, dict):
-            raise TpcError(f"{where} must be a JSON object")
+        doc = payload_object(payload, where)
         storage = doc.get("storage") or {}
         if not isinstance(storage, dict):
             raise TpcError(f"{where}: 'storage' must be an object")

@@ -46,14 +46,9 @@ def _credentials_from_file(name: str, names: dict[str, str] | None = None) -> di
     for path in _credentials_file_candidates(name):
         if path in _FILE_CREDENTIALS:
             return _FILE_CREDENTIALS[path]
-        try:
-            with open(path, encoding="utf-8") as fh:
-                doc = json.load(fh)
-        except FileNotFoundError:
+        doc = _json_file(path, name)
+        if doc is _ABSENT:
             continue
-        except (OSError, ValueError):
-            raise TpcError(f"the credentials file {name} shipped with the job cannot be read "
-                           "or is not JSON") from None
         if not isinstance(doc, dict) or not all(
                 isinstance(doc.get(k), str) and doc[k]
                 for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")):
@@ -70,17 +65,29 @@ def _credentials_from_file(name: str, names: dict[str, str] | None = None) -> di
         "cannot).")
 
 
+_ABSENT = object()
+
+
+def _json_file(path: str, name: str) -> Any:
+    """The JSON in one candidate path of the shipped file ``name``, or ``_ABSENT`` when
+    no file is there; a file that cannot be read or parsed is an error (naming the file,
+    never its content)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        return _ABSENT
+    except (OSError, ValueError):
+        raise TpcError(f"the credentials file {name} shipped with the job cannot be read "
+                       "or is not JSON") from None
+
+
 def _other_store_file(name: str, names: dict[str, str]) -> dict[str, Any]:
     """A store other than S3 (Azure): the file holds some of ``names``, each a string."""
     for path in _credentials_file_candidates(name):
-        try:
-            with open(path, encoding="utf-8") as fh:
-                doc = json.load(fh)
-        except FileNotFoundError:
+        doc = _json_file(path, name)
+        if doc is _ABSENT:
             continue
-        except (OSError, ValueError):
-            raise TpcError(f"the credentials file {name} shipped with the job cannot be read "
-                           "or is not JSON") from None
         opts = {opt: doc[var] for var, opt in names.items()
                 if isinstance(doc, dict) and isinstance(doc.get(var), str) and doc[var]}
         if not opts:

@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.group_records import MEMBER_RE
-from ..core.layout import check_attempt, check_epoch
+from ..core.layout import AttemptId, check_attempt, check_epoch
 from ..core.manifest import Manifest
 from ..core.records import BEGIN, Begin
 from ..errors import TpcError
 from .context import JobTransaction, NoTransactionError
-from .payload import read_payload
+from .payload import check_uri_field, payload_object, read_payload
 
 log = logging.getLogger("airflow_tpc.spark")
 
@@ -40,12 +40,8 @@ GROUP_ENV_VAR = "AIRFLOW_TPC_GROUP"
 
 def _check_group_uri(uri: Any, where: str) -> str:
     """The group's folder, as ``Group.uri`` spells it (never a user part or a query)."""
-    if not isinstance(uri, str) or not uri or any(c in uri for c in "?#\n\x00"):
-        raise TpcError(f"{where}: 'group' must be the group's folder URI (no query or "
-                       "fragment)")
-    if "://" in uri and "@" in uri.split("://", 1)[1].split("/", 1)[0]:
-        raise TpcError(f"{where}: 'group' must not carry a user part")
-    return uri
+    return check_uri_field(uri, where, "group", "the group's folder URI (no query or "
+                           "fragment)", scheme=False)
 
 
 def _check_member_name(name: Any, where: str) -> str:
@@ -107,7 +103,7 @@ def _named(name: str, exc: BaseException) -> BaseException:
 
 
 @dataclass
-class JobGroup:
+class JobGroup(AttemptId):
     """The job's view of one group attempt: a :class:`JobTransaction` per member.
 
     A plain, picklable dataclass (rebuilt from :meth:`to_json` anywhere).  It seals
@@ -120,14 +116,6 @@ class JobGroup:
     epoch: str
     attempt: int
     members: dict[str, JobTransaction] = field(default_factory=dict)
-
-    @property
-    def txn_id(self) -> str:
-        return f"{self.namespace}/{self.epoch}/{self.attempt}"
-
-    @property
-    def fencing_number(self) -> int:
-        return self.attempt
 
     @property
     def names(self) -> list[str]:
@@ -187,15 +175,7 @@ class JobGroup:
     def from_payload(cls, payload: str | dict[str, Any], *, where: str = "group payload"
                      ) -> JobGroup:
         """Parse and check a group payload; refuse one that carries credentials."""
-        if isinstance(payload, str):
-            try:
-                doc = json.loads(payload)
-            except ValueError as exc:
-                raise TpcError(f"{where} is not valid JSON: {exc}") from None
-        else:
-            doc = payload
-        if not isinstance(doc, dict):
-            raise TpcError(f"{where} must be a JSON object")
+        doc = payload_object(payload, where)
         missing = [k for k in ("group", "namespace", "epoch", "attempt", "members")
                    if k not in doc]
         if missing:

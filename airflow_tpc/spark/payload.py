@@ -72,15 +72,38 @@ def build_payload(txn: Transaction, *, guarantee: DeliveryGuarantee | str = "EXA
     return json.dumps(doc, sort_keys=True)
 
 
+def payload_object(payload: str | dict[str, Any], where: str) -> dict[str, Any]:
+    """The JSON object a payload is (given as text, or already parsed), as a new dict;
+    one clear error for text that is not JSON or JSON that is not an object."""
+    if isinstance(payload, str):
+        try:
+            doc = json.loads(payload)
+        except ValueError as exc:
+            raise TpcError(f"{where} is not valid JSON: {exc}") from None
+    else:
+        doc = payload
+    if not isinstance(doc, dict):
+        raise TpcError(f"{where} must be a JSON object")
+    return dict(doc)
+
+
+def check_uri_field(value: Any, where: str, key: str, expected: str, *,
+                    scheme: bool) -> str:
+    """A URI field of a payload (``table``, ``group``): a string with no query, fragment,
+    newline or NUL, and no user part (credentials never travel in a payload); with
+    ``scheme``, a ``scheme://`` URI.  ``expected`` says what it must be."""
+    if not isinstance(value, str) or not value or (scheme and "://" not in value) \
+            or any(c in value for c in "?#\n\x00"):
+        raise TpcError(f"{where}: '{key}' must be {expected}")
+    if "://" in value and "@" in value.split("://", 1)[1].split("/", 1)[0]:
+        raise TpcError(f"{where}: '{key}' must not carry a user part")
+    return value
+
+
 def _check_table_uri(table: Any, where: str) -> str:
     """A table target's URI, for the job to know it writes a table (never credentials)."""
-    if not isinstance(table, str) or "://" not in table \
-            or any(c in table for c in "?#\n\x00"):
-        raise TpcError(f"{where}: 'table' must be a table URI such as "
-                       "iceberg://<catalog>/<namespace>.<table> (no user part, query or fragment)")
-    if "@" in table.split("://", 1)[1].split("/", 1)[0]:
-        raise TpcError(f"{where}: 'table' must not carry a user part")
-    return table
+    return check_uri_field(table, where, "table", "a table URI such as iceberg://<catalog>/"
+                           "<namespace>.<table> (no user part, query or fragment)", scheme=True)
 
 
 def _check_credentials_file_name(name: Any, where: str) -> str:

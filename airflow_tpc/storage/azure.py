@@ -22,11 +22,9 @@ import io
 import threading
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import Any
 
 from ..errors import StorageError, UnsupportedStorage
-from .ahead import MISS, ReadAhead
 from .azure_copy import AzureCopies, RangedBlob
 from .azure_options import (
     AZURE_ENV,
@@ -40,13 +38,14 @@ from .azure_options import (
     public_azure_options,
     with_environment,
 )
-from .base import ObjectInfo, Storage
+from .base import ObjectInfo
+from .object_store import ObjectStore
 
 #: Blob metadata an ADLS Gen2 (hierarchical namespace) account puts on a directory.
 _FOLDER_META = "hdi_isfolder"
 
 
-class AzureStorage(AzureCopies, Storage):
+class AzureStorage(AzureCopies, ObjectStore):
     scheme = "az"
     atomic_dir_rename = False
     has_links = False  # blob names are not links: nothing below a prefix leads elsewhere
@@ -182,10 +181,6 @@ class AzureStorage(AzureCopies, Storage):
         container, _, name = path.partition("/")
         return self.service.get_container_client(container), name
 
-    def folder_names(self, root: str) -> list[str]:
-        """The path's folders: the container is the store's, not a folder of the target."""
-        return super().folder_names(root)[1:]
-
     def uri(self, path: str) -> str:
         if not self._uri_host:
             return f"{self._uri_scheme}://{path}"
@@ -198,25 +193,7 @@ class AzureStorage(AzureCopies, Storage):
         return StorageError(f"Azure {op} of {self.uri(path)} failed: {said}",
                             denied=code in DENIED_CODES or status == 403)
 
-    # -- reading ahead (:mod:`.ahead`) ------------------------------------------
-    _ahead: ReadAhead | None = None
-
-    def read_now(self, kind: str, path: str) -> Any:
-        """A read made now, never served ahead (``kind``: "read" or "list")."""
-        return self._read_bytes(path) if kind == "read" else self._list(path)
-
-    def _wrote(self) -> None:
-        ahead = self._ahead
-        if ahead is not None:
-            ahead.drop()
-
     # -- reading ---------------------------------------------------------------
-    def read_bytes(self, path: str) -> bytes | None:
-        ahead = self._ahead
-        if ahead is not None and (got := ahead.serve("read", path)) is not MISS:
-            return got  # type: ignore[no-any-return]
-        return self._read_bytes(path)
-
     def _read_bytes(self, path: str) -> bytes | None:
         return self.read_versioned(path)[0]
 
@@ -249,12 +226,6 @@ class AzureStorage(AzureCopies, Storage):
         raw = RangedBlob(client, int(props.size), props.etag,
                          lambda exc: self._fail("read", path, exc))
         return io.BufferedReader(raw, buffer_size=64 * 1024)
-
-    def list(self, prefix: str) -> list[ObjectInfo]:
-        ahead = self._ahead
-        if ahead is not None and (got := ahead.serve("list", prefix)) is not MISS:
-            return got  # type: ignore[no-any-return]
-        return self._list(prefix)
 
     def _list(self, prefix: str) -> list[ObjectInfo]:
         container, name = self._container(prefix)
@@ -304,12 +275,6 @@ class AzureStorage(AzureCopies, Storage):
                     or error_code(exc) in ("BlobAlreadyExists", "ConditionNotMet"):
                 return False
             raise self._fail("conditional write", path, exc) from None
-
-    @contextmanager
-    def promotion_lock(self, root: str) -> Iterator[None]:
-        """No lock: the marker's compare-and-swap (:meth:`put_if_version`) serialises
-        promotions, and every other step is idempotent."""
-        yield
 
     def put_if_version(self, path: str, data: bytes, version: str | None) -> bool:
         if version is None:

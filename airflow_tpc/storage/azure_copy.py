@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import io
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..errors import StorageError
 from .azure_options import error_code
+from .base import copy_in_parallel
 
 #: How long a copy the service reports as pending (a large blob) may take to finish.
 COPY_DEADLINE_S = 3600.0
@@ -35,22 +35,8 @@ class AzureCopies:
         if not pairs:
             return
         etags = etags or {}
-        workers = max(1, min(self.copy_workers, len(pairs)))
-        if workers == 1:
-            for src, dst in pairs:
-                self._copy_one(src, dst, etags.get(src))
-            return
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tpc-azcopy") as pool:
-            futures = [pool.submit(self._copy_one, s, d, etags.get(s)) for s, d in pairs]
-            errors = []
-            for fut in futures:
-                try:
-                    fut.result()
-                except StorageError as exc:
-                    errors.append(exc)
-        if errors:
-            raise StorageError(f"{len(errors)} of {len(pairs)} copies failed; first: "
-                               f"{errors[0]}")
+        copy_in_parallel(pairs, self.copy_workers,
+                         lambda src, dst: self._copy_one(src, dst, etags.get(src)), "tpc-azcopy")
 
     def _copy_one(self, src: str, dst: str, etag: str | None) -> None:
         from azure.core import MatchConditions

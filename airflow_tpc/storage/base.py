@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Container, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
@@ -21,6 +22,29 @@ from ..errors import StorageError, UnsupportedStorage
 CHUNK = 8 * 1024 * 1024
 #: The folder beside a target that holds its staging (docs/PROTOCOL.md §2).
 STAGING_HOME_DIR = "_tpc_staging"
+
+
+def copy_in_parallel(pairs: list[tuple[str, str]], workers: int,
+                     copy_one: Callable[[str, str], None], thread_name: str) -> None:
+    """Run ``copy_one(src, dst)`` for every pair, up to ``workers`` at a time: the object
+    stores' server-side promotion.  Every copy is tried even when one fails (a refused
+    source is reported, not left half-known), then one :class:`StorageError` says how
+    many failed and names the first; any other exception propagates as raised."""
+    workers = max(1, min(workers, len(pairs)))
+    if workers == 1:
+        for src, dst in pairs:
+            copy_one(src, dst)
+        return
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=thread_name) as pool:
+        futures = [pool.submit(copy_one, src, dst) for src, dst in pairs]
+        errors = []
+        for fut in futures:
+            try:
+                fut.result()
+            except StorageError as exc:
+                errors.append(exc)
+    if errors:
+        raise StorageError(f"{len(errors)} of {len(pairs)} copies failed; first: {errors[0]}")
 
 
 class ObjectInfo(NamedTuple):

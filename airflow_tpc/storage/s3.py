@@ -15,12 +15,11 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from ..errors import StorageError
-from .ahead import MISS, ReadAhead
-from .base import CHUNK, ObjectInfo, Storage
+from .base import CHUNK, ObjectInfo
+from .object_store import ObjectStore
 from .s3_copy import MULTIPART_CHUNK, MULTIPART_COPY_THRESHOLD, S3Copies
 from .s3_endpoint import check_endpoint_url, public_s3_options, redact_endpoint_url
 from .s3_errors import (
@@ -38,7 +37,7 @@ __all__ = ["MULTIPART_CHUNK", "MULTIPART_COPY_THRESHOLD", "S3Storage", "check_en
 T = TypeVar("T")
 
 
-class S3Storage(S3Copies, Storage):
+class S3Storage(S3Copies, ObjectStore):
     scheme = "s3"
     atomic_dir_rename = False
     has_links = False  # keys are not links: nothing below a prefix leads elsewhere
@@ -157,10 +156,6 @@ class S3Storage(S3Copies, Storage):
         bucket, _, key = path.partition("/")
         return bucket, key
 
-    def folder_names(self, root: str) -> list[str]:
-        """The key's folders: the bucket name is the store's, not a folder of the target."""
-        return super().folder_names(root)[1:]
-
     def uri(self, path: str) -> str:
         return f"s3://{path}"
 
@@ -182,25 +177,6 @@ class S3Storage(S3Copies, Storage):
                 if attempt + 1 >= tries or not _is_cut_body(exc):
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
-
-    #: Reads started ahead of time by the verb under way (:mod:`.ahead`), or None.
-    _ahead: ReadAhead | None = None
-
-    def read_now(self, kind: str, path: str) -> Any:
-        """A read made now, never served ahead (``kind``: "read" or "list")."""
-        return self._read_bytes(path) if kind == "read" else self._list(path)
-
-    def _wrote(self) -> None:
-        """Every write drops the reads ahead not yet served (:mod:`.ahead`)."""
-        ahead = self._ahead
-        if ahead is not None:
-            ahead.drop()
-
-    def read_bytes(self, path: str) -> bytes | None:
-        ahead = self._ahead  # once: the verb may end its block meanwhile (None)
-        if ahead is not None and (got := ahead.serve("read", path)) is not MISS:
-            return got  # type: ignore[no-any-return]
-        return self._read_bytes(path)
 
     def _read_bytes(self, path: str) -> bytes | None:
         try:
@@ -232,19 +208,20 @@ class S3Storage(S3Copies, Storage):
         except Exception as exc:  # noqa: BLE001
             raise self._fail("read", path, exc) from None
 
-    def list(self, prefix: str) -> list[ObjectInfo]:
-        ahead = self._ahead
-        if ahead is not None and (got := ahead.serve("list", prefix)) is not MISS:
-            return got  # type: ignore[no-any-return]
-        return self._list(prefix)
-
-    def _list(self, prefix: str) -> list[ObjectInfo]:
+    def _listing(self, prefix: str, ask: Callable[[str], T]) -> T | None:
+        """``ask(<prefix>/)``: None where nothing is below ``prefix``; any other failure one
+        :class:`StorageError` (a listing of objects or of folders alike)."""
         try:
-            found = self.fs.find(prefix.rstrip("/") + "/", detail=True, withdirs=False)
+            return ask(prefix.rstrip("/") + "/")
         except FileNotFoundError:
-            return []
+            return None
         except Exception as exc:  # noqa: BLE001
             raise self._fail("list", prefix, exc) from None
+
+    def _list(self, prefix: str) -> list[ObjectInfo]:
+        found = self._listing(prefix, lambda p: self.fs.find(p, detail=True, withdirs=False))
+        if found is None:
+            return []
         out = []
         for path, info in found.items():
             if info.get("type") == "directory":
@@ -255,13 +232,8 @@ class S3Storage(S3Copies, Storage):
         return out
 
     def list_dirs(self, prefix: str) -> list[str]:
-        try:
-            entries = self.fs.ls(prefix.rstrip("/") + "/", detail=True, refresh=True)
-        except FileNotFoundError:
-            return []
-        except Exception as exc:  # noqa: BLE001
-            raise self._fail("list", prefix, exc) from None
-        return [e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries
+        entries = self._listing(prefix, lambda p: self.fs.ls(p, detail=True, refresh=True))
+        return [e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries or []
                 if e.get("type") == "directory"]
 
     # -- writing --------------------------------------------------------------
@@ -295,12 +267,6 @@ class S3Storage(S3Copies, Storage):
             if _client_error_code(exc) in ("NoSuchKey", "404", "NotFound"):
                 return None, None
             raise self._fail("read", path, exc) from None
-
-    @contextmanager
-    def promotion_lock(self, root: str) -> Iterator[None]:
-        """No lock: the marker's compare-and-swap (:meth:`put_if_version`) serialises
-        promotions, and every other step is idempotent."""
-        yield
 
     def put_if_version(self, path: str, data: bytes, version: str | None) -> bool:
         if version is None:

@@ -3,10 +3,10 @@ source had when it was verified (a mixin of :class:`~.s3.S3Storage`)."""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..errors import StorageError
+from .base import copy_in_parallel
 from .s3_errors import _precondition_failed
 
 #: Objects above this size are copied with boto3's managed multipart copy (s3transfer's
@@ -34,23 +34,8 @@ class S3Copies:
             return
         sizes = sizes or {}
         etags = etags or {}
-        workers = max(1, min(self.copy_workers, len(pairs)))
-        if workers == 1:
-            for src, dst in pairs:
-                self._copy_one(src, dst, sizes.get(src), etags.get(src))
-            return
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tpc-copy") as pool:
-            futures = [pool.submit(self._copy_one, s, d, sizes.get(s), etags.get(s))
-                       for s, d in pairs]
-            errors = []
-            for fut in futures:
-                try:
-                    fut.result()
-                except StorageError as exc:
-                    errors.append(exc)
-            if errors:
-                raise StorageError(
-                    f"{len(errors)} of {len(pairs)} copies failed; first: {errors[0]}")
+        copy_in_parallel(pairs, self.copy_workers, lambda src, dst: self._copy_one(
+            src, dst, sizes.get(src), etags.get(src)), "tpc-copy")
 
     def _copy_one(self, src: str, dst: str, size: int | None,
                   etag: str | None = None) -> None:

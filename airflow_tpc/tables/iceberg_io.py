@@ -281,9 +281,14 @@ def release(table: Any) -> list[str]:
     return table.io.release() if isinstance(table.io, CommitFileIO) else []
 
 
-class _OnceInput(InputFile):
+class _Owned:
+    """A file of the commit's :class:`CommitFileIO`: its length and existence are the
+    owner's (the bytes it holds, or the store's answer), input or output alike."""
+
+    location: str
+
     def __init__(self, location: str, owner: CommitFileIO) -> None:
-        super().__init__(location)
+        super().__init__(location)  # type: ignore[call-arg]  # pyiceberg's InputFile/OutputFile
         self.owner = owner
 
     def __len__(self) -> int:
@@ -292,21 +297,13 @@ class _OnceInput(InputFile):
     def exists(self) -> bool:
         return self.owner.exists(self.location)
 
+
+class _OnceInput(_Owned, InputFile):
     def open(self, seekable: bool = True) -> InputStream:
         return io.BytesIO(self.owner.read(self.location))  # type: ignore[return-value]
 
 
-class _KnownOutput(OutputFile):
-    def __init__(self, location: str, owner: CommitFileIO) -> None:
-        super().__init__(location)
-        self.owner = owner
-
-    def __len__(self) -> int:
-        return len(self.owner.read(self.location))
-
-    def exists(self) -> bool:
-        return self.owner.exists(self.location)
-
+class _KnownOutput(_Owned, OutputFile):
     def to_input_file(self) -> InputFile:
         return _OnceInput(self.location, self.owner)
 

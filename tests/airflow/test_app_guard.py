@@ -1,5 +1,5 @@
 """The application guard and the runtime record, with real processes and no Spark
-(airflow_tpc/airflow/app_guard.py, spark_app.py): what is stopped, what never is."""
+(airflow_tpc/airflow/utils/app_guard.py, spark_app.py): what is stopped, what never is."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import psutil
 import pytest
 
 from airflow_tpc import Sink
-from airflow_tpc.airflow import app_guard
-from airflow_tpc.airflow.spark_app import (
+from airflow_tpc.airflow.utils import app_guard
+from airflow_tpc.airflow.utils.spark_app import (
     failure_reason,
     new_record,
     runtime_path,
@@ -135,7 +135,7 @@ def test_failure_reason_names_what_happened():
 def test_admin_abort_stops_the_application_first(tmp_path, procs):
     """The run page's and the admin DAG's abort (admin.abort) stop the attempt's
     application before aborting it."""
-    from airflow_tpc.airflow import admin
+    from airflow_tpc.airflow.utils import admin
 
     sink = Sink(str(tmp_path / "t"), "ns")
     txn = sink.begin("2026-01-01")

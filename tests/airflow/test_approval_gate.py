@@ -94,7 +94,7 @@ def test_rejection_aborts_once_and_fails_the_run(dagbag, api_client):
 
 
 def test_approval_commits_and_the_run_succeeds(dagbag, api_client):
-    from airflow_tpc.airflow.operators import target_asset
+    from airflow_tpc.airflow.operators.tpc import target_asset
 
     before = len(asset_events(target_asset(_sink().target).uri))
     dr = _run_answering(dagbag, api_client, "2026-08-02", "Commit")
@@ -129,7 +129,7 @@ def test_a_group_rejected_at_the_gate_is_aborted_on_every_member(dagbag, api_cli
 
 
 def test_a_group_approved_at_the_gate_commits_every_member_once(dagbag, api_client):
-    from airflow_tpc.airflow.operators import target_asset
+    from airflow_tpc.airflow.operators.tpc import target_asset
 
     from .dags.tpc_it_group_gate_nospark import TARGETS, open_group
 

@@ -120,7 +120,7 @@ def _commit_through_hook(hook, epoch: str) -> None:
 
 
 def test_static_keys_of_an_aws_connection_reach_the_store(airflow_db, iam_s3, monkeypatch):
-    from airflow_tpc.airflow.hooks import TpcHook
+    from airflow_tpc.airflow.hooks.tpc import TpcHook
     from airflow_tpc.errors import StorageError
 
     endpoint = iam_s3["endpoint"]
@@ -144,7 +144,7 @@ def test_static_keys_of_an_aws_connection_reach_the_store(airflow_db, iam_s3, mo
 
 
 def test_a_role_that_cannot_be_assumed_is_one_clear_error(airflow_db, iam_s3, monkeypatch):
-    from airflow_tpc.airflow.hooks import AwsConnectionError, TpcHook
+    from airflow_tpc.airflow.hooks.tpc import AwsConnectionError, TpcHook
 
     # "writer" may use S3 but not assume the role (nor is it trusted by the role)
     _aws_conn(monkeypatch, "tpc_aws_norole", iam_s3["writer"],
@@ -161,7 +161,7 @@ def test_a_role_that_cannot_be_assumed_is_one_clear_error(airflow_db, iam_s3, mo
 
 def test_without_the_amazon_provider_an_aws_connection_is_a_clear_error(
         airflow_db, iam_s3, monkeypatch):
-    from airflow_tpc.airflow.hooks import AwsConnectionError, TpcHook
+    from airflow_tpc.airflow.hooks.tpc import AwsConnectionError, TpcHook
 
     _aws_conn(monkeypatch, "tpc_aws_noprov", iam_s3["writer"], endpoint_url=iam_s3["endpoint"])
     # the provider not installed: its module cannot be imported
@@ -209,7 +209,7 @@ class CmdlineRecorder:
 
 def test_role_assumption_commits_through_dag_test_and_leaks_nothing(
         dagbag, iam_s3, monkeypatch, capfd):
-    from airflow_tpc.airflow.hooks import TpcHook
+    from airflow_tpc.airflow.hooks.tpc import TpcHook
 
     endpoint = iam_s3["endpoint"]
     # endpoint_url for S3 in the extra; STS (role assumption) has its own endpoint
@@ -266,7 +266,7 @@ def test_refreshed_role_credentials_rebuild_the_sink(airflow_db, iam_s3, monkeyp
     """Role sessions of 900 s are inside botocore's 15 min refresh window from the start, so
     each look at the kept session refreshes them: the hook follows with a new sink, and the
     new credentials work (what happens, hours later, to a poking sensor or the trigger)."""
-    from airflow_tpc.airflow.hooks import TpcHook
+    from airflow_tpc.airflow.hooks.tpc import TpcHook
 
     endpoint = iam_s3["endpoint"]
     _aws_conn(monkeypatch, "tpc_aws_short", iam_s3["assumer"], endpoint_url=endpoint,

@@ -31,7 +31,7 @@ def _commit_through_hook(hook, epoch: str) -> None:
 def test_azure_connections_reach_the_store_and_leak_nothing(azurite, monkeypatch, shape):
     from airflow.sdk._shared.secrets_masker import redact
 
-    from airflow_tpc.airflow.hooks import TpcHook
+    from airflow_tpc.airflow.hooks.tpc import TpcHook
 
     key = azurite.options()["account_key"]
     if shape == "wasb-key":
@@ -64,7 +64,7 @@ def test_azure_connections_reach_the_store_and_leak_nothing(azurite, monkeypatch
 
 
 def test_a_sas_url_in_a_wasb_connection_is_refused(monkeypatch, azurite):
-    from airflow_tpc.airflow.hooks import TpcHook
+    from airflow_tpc.airflow.hooks.tpc import TpcHook
 
     _conn(monkeypatch, "lake_sas", conn_type="wasb", login="devstoreaccount1",
           extra={"sas_token": "https://acct.blob.core.windows.net/?sv=1&sig=SECRETSIG"})
@@ -75,7 +75,7 @@ def test_a_sas_url_in_a_wasb_connection_is_refused(monkeypatch, azurite):
 
 
 def test_operator_arguments_take_the_account_name_but_no_key():
-    from airflow_tpc.airflow.credentials import check_public
+    from airflow_tpc.airflow.hooks.credentials import check_public
 
     assert check_public({"account_name": "acct", "endpoint_url": "https://acct.blob.x"},
                         "op") == {"account_name": "acct", "endpoint_url": "https://acct.blob.x"}
@@ -89,7 +89,7 @@ def test_an_azure_key_put_in_the_spark_conf_is_refused_and_the_attempt_aborted(
     AWS_SECRET_ACCESS_KEY does: spark-submit never runs, the attempt is aborted."""
     from airflow_tpc import Sink
     from airflow_tpc.airflow import StagedSparkSubmitOperator
-    from airflow_tpc.airflow.operators import SecretOnCommandLine
+    from airflow_tpc.airflow.operators.tpc import SecretOnCommandLine
 
     from .test_secrets import _TI, _spark_conn
 

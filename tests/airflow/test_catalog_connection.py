@@ -14,7 +14,7 @@ import pytest
 from airflow.sdk.definitions.connection import Connection
 
 from airflow_tpc.airflow import TpcHook
-from airflow_tpc.airflow.hooks import (
+from airflow_tpc.airflow.hooks.tpc import (
     LEDGER_ROOT_KEY,
     IcebergCatalogHook,
     catalog_properties_from_connection,

@@ -79,7 +79,7 @@ def test_the_wiring_after_a_submit_of_ones_own_refuses_arguments_for_that_submit
     from airflow.providers.standard.operators.empty import EmptyOperator
     from airflow.sdk import DAG
 
-    from airflow_tpc.airflow.task_group import exactly_once_tasks
+    from airflow_tpc.airflow.utils.task_group import exactly_once_tasks
 
     with DAG("retry_args_own_submit", schedule=None, start_date=datetime(2026, 1, 1)):
         submit = EmptyOperator(task_id="submit")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from airflow_tpc import TxnState
-from airflow_tpc.airflow.plugin import CSRF_HEADER, csrf_refusal, csrf_token
+from airflow_tpc.airflow.ui.plugin import CSRF_HEADER, csrf_refusal, csrf_token
 
 from . import test_ui_admin_provider as ui
 

@@ -61,7 +61,7 @@ def hook_args(request, tmp_path, monkeypatch, airflow_db) -> dict:
 
 def _hook(args: dict):
     """A task's hook, as each task (its own process) builds it."""
-    from airflow_tpc.airflow.hooks import TpcHook
+    from airflow_tpc.airflow.hooks.tpc import TpcHook
 
     return TpcHook(**args)
 

@@ -1,7 +1,7 @@
 """An Iceberg table through the AWS Glue Data Catalog, reached the Airflow way: an
 ``iceberg_catalog`` connection of type glue (its login/password: Glue's access key)
 beside an Amazon ``aws`` connection for the table's S3 store, both on moto's server,
-given to the real :class:`~airflow_tpc.airflow.hooks.TpcHook`.  The epoch is committed
+given to the real :class:`~airflow_tpc.airflow.hooks.tpc.TpcHook`.  The epoch is committed
 through the hook's precommit check and commit pointer, as the operators do."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 from airflow.sdk.definitions.connection import Connection
 from pyiceberg.catalog import load_catalog
 
-from airflow_tpc.airflow.hooks import IcebergCatalogHook, TpcHook
+from airflow_tpc.airflow.hooks.tpc import IcebergCatalogHook, TpcHook
 
 from ..tables.conftest import rows, write_parquet
 from ..tables.glue import drop_glue_databases

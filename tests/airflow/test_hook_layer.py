@@ -61,8 +61,8 @@ def test_every_task_shares_the_sink_arguments_and_their_template_fields(airflow_
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
     from airflow_tpc.airflow import TpcBaseOperator
-    from airflow_tpc.airflow.base import TPC_TEMPLATE_FIELDS
-    from airflow_tpc.airflow.hooks import SINK_ARG_NAMES
+    from airflow_tpc.airflow.hooks.tpc import SINK_ARG_NAMES
+    from airflow_tpc.airflow.operators.base import TPC_TEMPLATE_FIELDS
 
     submit, sensor, commit, abort = _all_tasks(target="/data/t", namespace="n",
                                                storage_conn_id="lake")
@@ -88,7 +88,7 @@ def test_sink_arguments_may_come_from_default_args(airflow_db):
     from airflow.sdk import DAG
 
     from airflow_tpc.airflow import CommitOperator, PrecommitSensor
-    from airflow_tpc.airflow.operators import target_asset
+    from airflow_tpc.airflow.operators.tpc import target_asset
 
     with DAG("tpc_unit_defaults", schedule=None,
              default_args={"target": "/data/t", "namespace": "n", "storage_conn_id": "lake"}):
@@ -128,8 +128,8 @@ def test_the_hook_is_built_from_the_rendered_arguments(airflow_db, monkeypatch):
 
 
 def test_trigger_kwargs_are_the_sink_arguments_serialised_once(tmp_path, airflow_db):
-    from airflow_tpc.airflow.hooks import SINK_ARG_NAMES, SinkArgs
-    from airflow_tpc.airflow.triggers import PrecommitTrigger
+    from airflow_tpc.airflow.hooks.tpc import SINK_ARG_NAMES, SinkArgs
+    from airflow_tpc.airflow.triggers.tpc import PrecommitTrigger
 
     sink = Sink(str(tmp_path / "t"), "trig")
     txn = sink.begin("2026-01-01")
@@ -164,7 +164,7 @@ def _epoch_with_history(sink, epoch, stale=2):
 
 
 def test_check_precommit_and_pointer_cost_one_listing_and_two_reads(tmp_path, airflow_db):
-    from airflow_tpc.airflow.hooks import TpcHook
+    from airflow_tpc.airflow.hooks.tpc import TpcHook
     from airflow_tpc.storage import LocalStorage
 
     sink = Sink(str(tmp_path / "t"), "cheap")
@@ -191,7 +191,7 @@ def test_check_precommit_and_pointer_cost_one_listing_and_two_reads(tmp_path, ai
 
 
 def test_check_precommit_failure_signals(tmp_path, airflow_db):
-    from airflow_tpc.airflow.hooks import TpcHook
+    from airflow_tpc.airflow.hooks.tpc import TpcHook
 
     sink = Sink(str(tmp_path / "t"), "signals")
     hook = TpcHook(sink.target, "signals")
@@ -219,7 +219,7 @@ def test_nospark_run_ready_poke_is_cheap_commit_publishes(dagbag, data_root):
     claim (a poke opens a fresh sink, which reads where staging lies), the begin record
     and the manifest — the same with any number of earlier attempts.  The pointer it
     pushes is what commit publishes, once."""
-    from airflow_tpc.airflow.operators import target_asset
+    from airflow_tpc.airflow.operators.tpc import target_asset
 
     target = os.path.join(data_root, "nospark_target")
     dag = dagbag.get_dag(NOSPARK)
@@ -264,7 +264,7 @@ def test_nospark_run_failed_job_aborts_only_this_runs_attempts(dagbag, data_root
 # -- stores are asked, not sniffed --------------------------------------------------------
 
 def test_credentials_go_only_to_stores_that_take_them(airflow_db, monkeypatch):
-    from airflow_tpc.airflow.hooks import TpcHook
+    from airflow_tpc.airflow.hooks.tpc import TpcHook
 
     monkeypatch.setenv("AIRFLOW_CONN_TPC_HOOK_LAKE", json.dumps(
         {"conn_type": "generic", "login": "AKIAEXAMPLE", "password": SECRET}))
@@ -278,9 +278,9 @@ def test_credentials_go_only_to_stores_that_take_them(airflow_db, monkeypatch):
 def test_links_and_lineage_names_come_from_the_store_class():
     from airflow.sdk.definitions.connection import Connection
 
-    from airflow_tpc.airflow.hooks import TpcHook
-    from airflow_tpc.airflow.lineage import identity
-    from airflow_tpc.airflow.links import manifest_url
+    from airflow_tpc.airflow.hooks.tpc import TpcHook
+    from airflow_tpc.airflow.links.tpc import manifest_url
+    from airflow_tpc.airflow.utils.lineage import identity
 
     def _lineage_name(target: str, catalog: dict | None = None) -> tuple[str, str]:
         conn = None if catalog is None else Connection(

@@ -26,7 +26,7 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from airflow_tpc.airflow.lineage import (
+from airflow_tpc.airflow.utils.lineage import (
     FACET_SCHEMA_URL,
     TpcTransactionDatasetFacet,
     schema_columns,

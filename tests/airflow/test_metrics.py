@@ -77,7 +77,7 @@ for name, conf in (("group_commit", {{"epoch": "2026-07-01"}}),
 # before promoting (07-07), beside the fenced zombie's open attempt of 07-03.
 import os
 from airflow_tpc import Sink
-from airflow_tpc.airflow.hooks import TpcHook
+from airflow_tpc.airflow.hooks.tpc import TpcHook
 target = os.path.join(os.environ["TPC_IT_ROOT"], "metrics_target")
 sink = Sink(target, "tpc_it_metrics")
 for day in ("2026-07-06", "2026-07-07"):
@@ -338,7 +338,7 @@ def stats_backend(airflow_db):
 
 
 def _commit_through_hook(target: str, namespace: str) -> dict:
-    from airflow_tpc.airflow.hooks import TpcHook
+    from airflow_tpc.airflow.hooks.tpc import TpcHook
 
     hook = TpcHook(target, namespace)
     sink = hook.get_sink()
@@ -372,7 +372,7 @@ def test_the_stats_import_is_not_deprecated():
     """``airflow.stats`` is a deprecated shim in Airflow 3.3; the SDK path is not: a
     fresh interpreter with deprecation warnings as errors imports it and emits."""
     code = ("import warnings; warnings.simplefilter('error')\n"
-            "from airflow_tpc.airflow.metrics import COMMITS, TpcMetrics, _stats\n"
+            "from airflow_tpc.airflow.utils.metrics import COMMITS, TpcMetrics, _stats\n"
             "_stats()\n"
             "TpcMetrics('ns', 's3://b/t').incr(COMMITS)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -18,7 +18,7 @@ import airflow.providers.openlineage  # noqa: F401  (the dev extra: a missing on
 import pytest
 
 from airflow_tpc import TxnState
-from airflow_tpc.airflow.lineage import FACET_SCHEMA_URL
+from airflow_tpc.airflow.utils.lineage import FACET_SCHEMA_URL
 from airflow_tpc.tables import open_sink
 
 from .conftest import OPENLINEAGE_EVENTS, REPO, ROOT

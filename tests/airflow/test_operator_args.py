@@ -23,7 +23,7 @@ def test_submit_refuses_durable_and_secrets(airflow_db):
 
 
 def test_job_zip_has_core_and_spark_but_not_airflow_layer(tmp_path):
-    from airflow_tpc.airflow.operators import package_zip
+    from airflow_tpc.airflow.operators.tpc import package_zip
 
     names = zipfile.ZipFile(package_zip(str(tmp_path))).namelist()
     assert "airflow_tpc/core/sink.py" in names and "airflow_tpc/spark/context.py" in names

@@ -179,7 +179,7 @@ def test_newer_attempt_stops_the_older_application(run, dagbag, data_root):
 
 def test_abort_stops_the_application(run, data_root):
     """The abort task's path (TpcHook.abort_run) stops the attempt's app before aborting."""
-    from airflow_tpc.airflow.hooks import TpcHook
+    from airflow_tpc.airflow.hooks.tpc import TpcHook
 
     r = run("tpc_it_orphan", "2026-06-03")
     procs = r.wait_running()
@@ -200,7 +200,7 @@ def test_abort_stops_the_application(run, data_root):
 def test_standalone_cluster_abort_removes_the_application(run, spark_cluster, data_root):
     """Client mode on the standalone cluster: the abort stops the driver, and the master
     drops the application (and its executors)."""
-    from airflow_tpc.airflow.hooks import TpcHook
+    from airflow_tpc.airflow.hooks.tpc import TpcHook
 
     _master, _logs, ui = spark_cluster
     r = run("tpc_it_orphan_cluster", "2026-06-04")

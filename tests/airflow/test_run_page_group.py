@@ -106,7 +106,7 @@ def seeded(api_process, dagbag, tmp_path_factory) -> dict[str, Any]:
     from airflow.serialization.serialized_objects import DagSerialization
     from airflow.utils.types import DagRunTriggeredByType
 
-    from airflow_tpc.airflow.groups import GROUP_XCOM_KEY, GroupSparkSubmitOperator
+    from airflow_tpc.airflow.operators.group import GROUP_XCOM_KEY, GroupSparkSubmitOperator
 
     DagBundlesManager().sync_bundles_to_db()
     sync_bag_to_db(dagbag, "dags-folder", None)

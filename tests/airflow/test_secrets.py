@@ -50,7 +50,7 @@ def _conn(**extra):
 def test_endpoint_with_credentials_or_query_is_refused_everywhere(airflow_db, endpoint,
                                                                   monkeypatch):
     from airflow_tpc.airflow import PrecommitSensor, StagedSparkSubmitOperator
-    from airflow_tpc.airflow.hooks import TpcHook
+    from airflow_tpc.airflow.hooks.tpc import TpcHook
     from airflow_tpc.errors import TpcError
     from airflow_tpc.spark.context import JobTransaction
 
@@ -87,7 +87,7 @@ def test_endpoint_with_credentials_or_query_is_refused_everywhere(airflow_db, en
 
 
 def test_shown_endpoints_never_carry_user_info_or_query():
-    from airflow_tpc.airflow.hooks import public_options
+    from airflow_tpc.airflow.hooks.tpc import public_options
     from airflow_tpc.core.transaction import Transaction
     from airflow_tpc.spark.context import build_payload, public_storage_options
     from airflow_tpc.storage.s3 import S3Storage, redact_endpoint_url
@@ -247,7 +247,7 @@ def test_the_check_can_fail_env_vars_on_yarn_put_the_secret_on_argv(airflow_db, 
 ])
 def test_setups_that_would_leak_or_not_deliver_fail_before_begin(
         airflow_db, tmp_path, stub_submit, monkeypatch, master, deploy_mode, kwargs, match):
-    from airflow_tpc.airflow.operators import SecretOnCommandLine
+    from airflow_tpc.airflow.operators.tpc import SecretOnCommandLine
 
     _, _, execute = _submit(tmp_path, _spark_conn(monkeypatch, master, deploy_mode), **kwargs)
     with pytest.raises(SecretOnCommandLine, match=match) as info:
@@ -260,7 +260,7 @@ def test_setups_that_would_leak_or_not_deliver_fail_before_begin(
 @pytest.mark.parametrize("where", ["conf", "application_args"])
 def test_a_secret_put_in_conf_or_args_by_hand_is_refused_and_the_attempt_aborted(
         airflow_db, tmp_path, stub_submit, monkeypatch, where):
-    from airflow_tpc.airflow.operators import SecretOnCommandLine
+    from airflow_tpc.airflow.operators.tpc import SecretOnCommandLine
 
     extra = ({"conf": {"spark.hadoop.fs.s3a.secret.key": SECRET}} if where == "conf"
              else {"application_args": ["--secret", SECRET]})

@@ -89,7 +89,7 @@ def test_commit_is_one_snapshot_and_the_asset_event_names_it(committed, dag):
     assert (summary["target"], summary["location"]) == (TABLE, sink.target)
     assert sink.target.startswith("file://")
     # The admin DAG's status (its XCom) likewise, each commit with its snapshot id.
-    from airflow_tpc.airflow import admin
+    from airflow_tpc.airflow.utils import admin
 
     status = admin.status(sink, "2026-04-01")
     assert (status["target"], status["location"]) == (TABLE, sink.target)
@@ -152,7 +152,7 @@ def test_sensor_runs_the_table_check_on_a_sealed_attempt(airflow_db):
     """The job seals with the core alone (no pyiceberg on the job side); the sensor's
     check runs the table's schema check and fails an attempt the table cannot take."""
     from airflow_tpc import Sink, SinkConfig
-    from airflow_tpc.airflow.hooks import SinkArgs
+    from airflow_tpc.airflow.hooks.tpc import SinkArgs
 
     hook = SinkArgs("iceberg://itcat/analytics.checked", "tpc_it_tables_bad",
                     catalog_conn_id="tpc_it_catalog").hook()

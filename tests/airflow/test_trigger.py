@@ -17,7 +17,7 @@ def sink(tmp_path, airflow_db):
 
 
 def _trigger(sink, txn, **kw):
-    from airflow_tpc.airflow.triggers import PrecommitTrigger
+    from airflow_tpc.airflow.triggers.tpc import PrecommitTrigger
 
     return PrecommitTrigger(txn=txn.to_dict(), target=sink.target, namespace="trig",
                             poll_interval=0.2, **kw)
@@ -40,7 +40,7 @@ def test_trigger_fires_when_the_job_precommits_later(sink):
     _stage(txn)
     trigger = _trigger(sink, txn)
     cls, kwargs = trigger.serialize()
-    assert cls == "airflow_tpc.airflow.triggers.PrecommitTrigger"
+    assert cls == "airflow_tpc.airflow.triggers.tpc.PrecommitTrigger"
     assert "secret" not in str(kwargs).lower()
 
     async def scenario():
@@ -85,8 +85,8 @@ def group(tmp_path, airflow_db):
 
 
 def _group_trigger(group, gtxn, **kw):
-    from airflow_tpc.airflow.group_sensor import GroupPrecommitTrigger
-    from airflow_tpc.airflow.groups import GroupArgs
+    from airflow_tpc.airflow.operators.group import GroupArgs
+    from airflow_tpc.airflow.triggers.group import GroupPrecommitTrigger
 
     args = GroupArgs.of({n: s.target for n, s in group.sinks.items()}, "trig", group.uri)
     return GroupPrecommitTrigger(txn={"epoch": gtxn.epoch, "attempt": gtxn.attempt},
@@ -99,7 +99,7 @@ def test_group_trigger_fires_once_every_member_is_sealed(group):
         _stage(txn)
     trigger = _group_trigger(group, gtxn)
     cls, kwargs = trigger.serialize()
-    assert cls == "airflow_tpc.airflow.group_sensor.GroupPrecommitTrigger"
+    assert cls == "airflow_tpc.airflow.triggers.group.GroupPrecommitTrigger"
     again = type(trigger)(**kwargs)  # what the triggerer rebuilds from the metadata DB
     assert again.serialize() == (cls, kwargs)
 

@@ -50,7 +50,7 @@ def _job_precommits(sink: Sink, epoch: str):
 
 
 def _sensor_then_commit(sink: Sink, txn, decodes: list[int]):
-    from airflow_tpc.airflow.hooks import TpcHook
+    from airflow_tpc.airflow.hooks.tpc import TpcHook
 
     hook = TpcHook(sink.target, sink.namespace)
     check = hook.check_precommit(txn.to_dict())  # the sensor's poke: validates in full

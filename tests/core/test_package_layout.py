@@ -32,11 +32,43 @@ def test_an_old_module_path_is_the_new_module_with_a_warning(old):
         alias = importlib.import_module(f"airflow_tpc.{old}")
     assert alias is new  # one object: a monkeypatch of either is seen by both
     assert alias.__spec__.name == new.__name__  # its own spec, not the alias's
-    assert not (PACKAGE / f"{old}.py").exists()
+    assert not PACKAGE.joinpath(*old.split(".")).with_suffix(".py").exists()
+
+
+@pytest.mark.parametrize("package", sorted(_moved.FORWARDED))
+def test_a_module_that_became_a_folder_still_gives_its_names_with_a_warning(package):
+    """``from airflow_tpc.airflow.hooks import TpcHook`` (0.1's path, and a trigger's
+    classpath stored in the metadata DB) resolves to the class in its new module."""
+    old = importlib.import_module(f"airflow_tpc.{package}")
+    new = importlib.import_module(f"airflow_tpc.{_moved.FORWARDED[package]}")
+    name = next(n for n, v in vars(new).items()
+                if isinstance(v, type) and v.__module__ == new.__name__)
+    with pytest.warns(DeprecationWarning, match=rf"airflow_tpc\.{package}\.{name} is now "):
+        assert getattr(old, name) is getattr(new, name)
+    with pytest.raises(AttributeError):
+        old.no_such_name  # noqa: B018 (an unknown name is still an AttributeError)
+    assert not PACKAGE.joinpath(*package.split(".")).with_suffix(".py").exists()
+
+
+def test_the_airflow_layer_is_in_the_amazon_providers_shape():
+    """Only ``__init__`` loose in ``airflow/``; each kind of Airflow part in its folder."""
+    airflow = PACKAGE / "airflow"
+    assert sorted(p.name for p in airflow.glob("*.py")) == ["__init__.py"]
+    folders = {p.name for p in airflow.iterdir() if (p / "__init__.py").is_file()}
+    assert folders == {"hooks", "operators", "sensors", "triggers", "links", "ui", "utils"}
+    from airflow_tpc.provider_info import get_provider_info
+
+    info = get_provider_info()
+    for kind in ("hooks", "operators", "sensors", "triggers"):  # what Airflow lists by kind
+        for module in info[kind][0]["python-modules"]:
+            assert module.startswith(f"airflow_tpc.airflow.{kind}."), (kind, module)
+            importlib.import_module(module)
+    for link in info["extra-links"]:
+        assert link.startswith("airflow_tpc.airflow.links."), link
 
 
 def test_the_new_paths_import_without_a_warning():
-    for new in sorted(set(_moved.MOVED.values())):
+    for new in sorted(set(_moved.MOVED.values()) | set(_moved.FORWARDED.values())):
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             importlib.import_module(f"airflow_tpc.{new}")

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 
 from airflow_tpc import Sink
-from airflow_tpc.airflow.azure_credentials import azure_job_env, azure_options_from_connection
-from airflow_tpc.airflow.job_credentials import write_credentials_file
+from airflow_tpc.airflow.hooks.azure_credentials import azure_job_env, azure_options_from_connection
+from airflow_tpc.airflow.hooks.job_credentials import write_credentials_file
 from airflow_tpc.spark import current_transaction, write_tpc
 from airflow_tpc.spark.context import CONF_KEY
 from airflow_tpc.spark.payload import build_payload

@@ -1,6 +1,6 @@
 """The FastAPI app of the UI plugin: its routes, their authorization and CSRF defence.
 
-Apart from the plugin's registration (:mod:`airflow_tpc.airflow.plugin`), which builds
+Apart from the plugin's registration (:mod:`airflow_tpc.airflow.ui.plugin`), which builds
 it on first use only (workers and the scheduler never import FastAPI for it), and from
 the pages it serves (:mod:`airflow_tpc.airflow.ui.pages`).  Every route depends on
 Airflow's own auth; see the plugin's docstring for the rules.

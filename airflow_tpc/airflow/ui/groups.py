@@ -1,6 +1,6 @@
 """The group transactions of a DAG run, as the UI plugin finds, shows and aborts them.
 
-A group's submit task (:class:`~airflow_tpc.airflow.groups.GroupSparkSubmitOperator`)
+A group's submit task (:class:`~airflow_tpc.airflow.operators.group.GroupSparkSubmitOperator`)
 pushes ``tpc_group_txn``: the group attempt (namespace, group URI, epoch, attempt, each
 member's transaction) and, beside it, the group's arguments — ``group_uri``, the
 connections by name, public options, each member's ``SinkArgs`` (``member_args``).  The
@@ -26,7 +26,7 @@ from airflow_tpc.airflow.ui import render as ui
 from airflow_tpc.airflow.ui import runs
 from airflow_tpc.tables import history
 
-#: The group XCom's key (``airflow_tpc.airflow.groups.GROUP_XCOM_KEY``; not imported from
+#: The group XCom's key (``airflow_tpc.airflow.operators.group.GROUP_XCOM_KEY``; not imported from
 #: there: that module loads the operators and the Spark provider, the API server need not).
 GROUP_XCOM_KEY = "tpc_group_txn"
 
@@ -68,7 +68,7 @@ def group_docs(dag_id: str, run_id: str) -> list[tuple[str, dict[str, Any]]]:
 
 def open_group(doc: dict[str, Any]) -> Any:
     """The :class:`~airflow_tpc.group.Group` a group XCom names, from its arguments."""
-    from airflow_tpc.airflow.hooks import SinkArgs
+    from airflow_tpc.airflow.hooks.tpc import SinkArgs
     from airflow_tpc.group import Group
     from airflow_tpc.storage import storage_class
 
@@ -239,7 +239,7 @@ def abort(found: FoundGroup, user: str, via: str) -> dict[str, Any]:
     an earlier abort decided it (the decision is a put-if-absent).  A committed group is
     refused (:class:`InvalidState`, nothing written).  Either way a row of Airflow's
     audit log names the group, its members and the outcome."""
-    from airflow_tpc.airflow.spark_app import group_stopped, stop_group
+    from airflow_tpc.airflow.utils.spark_app import group_stopped, stop_group
     from airflow_tpc.core.group_records import GroupCommit
     from airflow_tpc.core.records import DECISION
 
@@ -261,11 +261,11 @@ def abort(found: FoundGroup, user: str, via: str) -> dict[str, Any]:
         raise
     outcome = "aborted" if made else "already aborted"
     if made:  # counted per member, as the group's abort task counts it
-        from airflow_tpc.airflow.metrics import ABORTS, TpcMetrics
+        from airflow_tpc.airflow.utils.metrics import ABORTS, TpcMetrics
 
         for sink in group.sinks.values():
             TpcMetrics(sink.namespace, sink.target).incr(ABORTS)
-        from airflow_tpc.airflow.lineage_abort import abort_summary, emit_abort
+        from airflow_tpc.airflow.utils.lineage_abort import abort_summary, emit_abort
 
         emit_abort(found.dag_id, found.task_id,  # no task, no listener: lineage of its own
                    [(group.sinks[n], abort_summary(t.epoch, t.namespace, [t.txn_id]))

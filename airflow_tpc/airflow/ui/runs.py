@@ -66,7 +66,7 @@ def run_docs(dag_id: str, run_id: str) -> list[tuple[str, dict[str, Any]]]:
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
-    from airflow_tpc.airflow.hooks import TXN_XCOM_KEY
+    from airflow_tpc.airflow.hooks.tpc import TXN_XCOM_KEY
 
     with create_session() as session:
         rows = session.execute(select(XComModel.task_id, XComModel.value).where(
@@ -81,7 +81,7 @@ def task_doc(dag_id: str, task_id: str) -> tuple[str, dict[str, Any]] | None:
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
-    from airflow_tpc.airflow.hooks import TXN_XCOM_KEY
+    from airflow_tpc.airflow.hooks.tpc import TXN_XCOM_KEY
 
     with create_session() as session:
         row = session.execute(select(XComModel.run_id, XComModel.value).where(
@@ -97,7 +97,7 @@ def recent_docs(dag_ids: set[str], limit: int = 200) -> list[dict[str, Any]]:
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
-    from airflow_tpc.airflow.hooks import TXN_XCOM_KEY
+    from airflow_tpc.airflow.hooks.tpc import TXN_XCOM_KEY
     from airflow_tpc.airflow.ui.groups import GROUP_XCOM_KEY
 
     if not dag_ids:
@@ -116,13 +116,13 @@ def recent_docs(dag_ids: set[str], limit: int = 200) -> list[dict[str, Any]]:
 def hook_for(doc: dict[str, Any]) -> Any:
     """The hook of the sink a transaction XCom names; the credentials connection is looked
     up by name here, in the API server (the XCom holds only its name)."""
-    from airflow_tpc.airflow.hooks import SinkArgs
+    from airflow_tpc.airflow.hooks.tpc import SinkArgs
 
     return hook_of(SinkArgs.from_txn_doc(doc))
 
 
 def hook_of(args: Any) -> Any:
-    """The hook of one :class:`~airflow_tpc.airflow.hooks.SinkArgs` (a target of a
+    """The hook of one :class:`~airflow_tpc.airflow.hooks.tpc.SinkArgs` (a target of a
     transaction XCom, or a member of a group's), its connections looked up by name."""
     from airflow.models.connection import Connection
 
@@ -239,8 +239,8 @@ def abort(found: Found, user: str, via: str) -> dict[str, Any]:
     and this one's decision makes this one "already aborted".  An attempt aborted by a
     call that died before removing its staging is "already aborted" too, and the
     staging it left is removed."""
-    from airflow_tpc.airflow import admin
-    from airflow_tpc.airflow.metrics import ABORTS, TpcMetrics
+    from airflow_tpc.airflow.utils import admin
+    from airflow_tpc.airflow.utils.metrics import ABORTS, TpcMetrics
 
     ident = found.identity()
     result = admin.abort(found.sink, found.info.epoch, found.info.attempt,
@@ -252,7 +252,7 @@ def abort(found: Found, user: str, via: str) -> dict[str, Any]:
         # counted as the abort task counts its own: one per attempt this call aborted
         TpcMetrics(found.sink.namespace, found.sink.target).incr(ABORTS,
                                                                   len(result["aborted"]))
-        from airflow_tpc.airflow.lineage_abort import abort_summary, emit_abort
+        from airflow_tpc.airflow.utils.lineage_abort import abort_summary, emit_abort
 
         emit_abort(found.dag_id, found.task_id,  # no task, no listener: lineage of its own
                    [(found.sink, abort_summary(found.info.epoch, found.sink.namespace,

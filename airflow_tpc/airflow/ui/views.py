@@ -133,7 +133,7 @@ def _docs(dag_ids: set[str]) -> list[dict[str, Any]]:
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
-    from airflow_tpc.airflow.hooks import TXN_XCOM_KEY
+    from airflow_tpc.airflow.hooks.tpc import TXN_XCOM_KEY
 
     if not dag_ids:
         return []

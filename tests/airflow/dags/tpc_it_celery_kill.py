@@ -23,7 +23,7 @@ from typing import Any
 from airflow.sdk import DAG, task
 
 from airflow_tpc import Sink
-from airflow_tpc.airflow.task_group import exactly_once_tasks
+from airflow_tpc.airflow.utils.task_group import exactly_once_tasks
 from airflow_tpc.core.faults import PAUSE_ENV_VAR
 
 TARGET = (os.environ.get("TPC_EXAMPLE_TARGET") or "/tmp/tpc-it/celery") + "_kill"

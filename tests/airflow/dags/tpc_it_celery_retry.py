@@ -21,7 +21,7 @@ from typing import Any
 from airflow.sdk import DAG, task
 
 from airflow_tpc.airflow import TpcHook
-from airflow_tpc.airflow.task_group import exactly_once_tasks
+from airflow_tpc.airflow.utils.task_group import exactly_once_tasks
 
 TARGET = (os.environ.get("TPC_EXAMPLE_TARGET") or "/tmp/tpc-it/celery") + "_retry"
 NAMESPACE = "tpc_it_celery_retry"

@@ -15,8 +15,8 @@ from typing import Any
 from airflow.sdk import DAG, task
 
 from airflow_tpc import Group, Sink
-from airflow_tpc.airflow.groups import GroupArgs
-from airflow_tpc.airflow.task_group import exactly_once_group_tasks, exactly_once_tasks
+from airflow_tpc.airflow.operators.group import GroupArgs
+from airflow_tpc.airflow.utils.task_group import exactly_once_group_tasks, exactly_once_tasks
 
 ROOT = os.environ.get("TPC_IT_ROOT", "/tmp/tpc-it")
 TARGET = os.path.join(ROOT, "commit_retry_target")

@@ -15,7 +15,7 @@ from typing import Any
 from airflow.sdk import DAG, task
 
 from airflow_tpc import Sink
-from airflow_tpc.airflow.task_group import exactly_once_tasks
+from airflow_tpc.airflow.utils.task_group import exactly_once_tasks
 
 ROOT = os.environ.get("TPC_IT_ROOT", "/tmp/tpc-it")
 TARGET = os.path.join(ROOT, "gate_nospark_target")

@@ -16,8 +16,8 @@ from typing import Any
 from airflow.sdk import DAG, task
 
 from airflow_tpc import Group, Sink
-from airflow_tpc.airflow.groups import GroupArgs
-from airflow_tpc.airflow.task_group import exactly_once_group_tasks
+from airflow_tpc.airflow.operators.group import GroupArgs
+from airflow_tpc.airflow.utils.task_group import exactly_once_group_tasks
 
 ROOT = os.environ.get("TPC_IT_ROOT", "/tmp/tpc-it")
 TARGETS = {"events": os.path.join(ROOT, "group_gate_events"),

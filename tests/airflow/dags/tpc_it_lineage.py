@@ -27,8 +27,8 @@ from airflow_tpc.airflow import (
     StagedSparkSubmitOperator,
     TpcHook,
 )
-from airflow_tpc.airflow.groups import GroupArgs
-from airflow_tpc.airflow.task_group import exactly_once_group_tasks
+from airflow_tpc.airflow.operators.group import GroupArgs
+from airflow_tpc.airflow.utils.task_group import exactly_once_group_tasks
 
 ROOT = os.environ.get("TPC_IT_ROOT", "/tmp/tpc-it")
 NAMESPACE = "tpc_it_lineage"

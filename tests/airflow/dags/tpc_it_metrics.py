@@ -19,8 +19,8 @@ from airflow.sdk import DAG, task
 
 from airflow_tpc import Sink, SinkConfig
 from airflow_tpc.airflow import AbortOperator, CommitOperator, PrecommitSensor
-from airflow_tpc.airflow.groups import GroupArgs
-from airflow_tpc.airflow.task_group import exactly_once_group_tasks
+from airflow_tpc.airflow.operators.group import GroupArgs
+from airflow_tpc.airflow.utils.task_group import exactly_once_group_tasks
 
 ROOT = os.environ.get("TPC_IT_ROOT", "/tmp/tpc-it")
 TARGET = os.path.join(ROOT, "metrics_target")
@@ -122,7 +122,7 @@ with DAG("tpc_it_metrics_iceberg", schedule=None, start_date=datetime(2026, 1, 1
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        from airflow_tpc.airflow.hooks import TpcHook
+        from airflow_tpc.airflow.hooks.tpc import TpcHook
 
         ti, conf = context["ti"], context["dag_run"].conf
         hook = TpcHook(ICEBERG_TARGET, NAMESPACE, catalog_conn_id=ICEBERG_CATALOG)

@@ -14,8 +14,8 @@ from datetime import datetime
 
 from airflow.sdk import DAG
 
-from airflow_tpc.airflow.groups import GroupAbortOperator, GroupSparkSubmitOperator
-from airflow_tpc.airflow.operators import StagedSparkSubmitOperator
+from airflow_tpc.airflow.operators.group import GroupAbortOperator, GroupSparkSubmitOperator
+from airflow_tpc.airflow.operators.tpc import StagedSparkSubmitOperator
 
 ROOT = os.environ.get("TPC_IT_ROOT", "/tmp/tpc-it")
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "spark", "jobs",

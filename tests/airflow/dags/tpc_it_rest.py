@@ -18,7 +18,7 @@ from typing import Any
 from airflow.sdk import DAG, task
 
 from airflow_tpc.airflow import TpcHook
-from airflow_tpc.airflow.task_group import exactly_once_tasks
+from airflow_tpc.airflow.utils.task_group import exactly_once_tasks
 
 TARGET = "iceberg://sw/analytics.events"
 NAMESPACE = "tpc_it_rest"

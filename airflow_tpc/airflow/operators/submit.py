@@ -3,7 +3,7 @@
 Apart from the commit and abort operators because it is the one task that runs the job:
 it builds on the provider's ``SparkSubmitOperator``, ships the job-side package
 (:func:`package_zip`), hands the job its transaction in the Spark conf
-(:func:`job_payload`) and its credentials the way :mod:`airflow_tpc.airflow.job_credentials`
+(:func:`job_payload`) and its credentials the way :mod:`airflow_tpc.airflow.hooks.job_credentials`
 allows; the commit and abort tasks never touch Spark.
 """
 
@@ -22,10 +22,8 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from airflow_tpc import DeliveryGuarantee, Transaction
-from airflow_tpc.airflow.azure_credentials import AZURE_SECRET_ENV
-from airflow_tpc.airflow.base import TpcBaseOperator, tpc_template_fields
-from airflow_tpc.airflow.hooks import TXN_XCOM_KEY
-from airflow_tpc.airflow.job_credentials import (
+from airflow_tpc.airflow.hooks.azure_credentials import AZURE_SECRET_ENV
+from airflow_tpc.airflow.hooks.job_credentials import (
     JOB_CREDENTIALS,
     SecretSafeSparkSubmitHook,
     refuse_secret_env_vars,
@@ -33,8 +31,10 @@ from airflow_tpc.airflow.job_credentials import (
     resolve_job_credentials,
     write_credentials_file,
 )
-from airflow_tpc.airflow.links import TransactionLink
-from airflow_tpc.airflow.spark_app import (
+from airflow_tpc.airflow.hooks.tpc import TXN_XCOM_KEY
+from airflow_tpc.airflow.links.tpc import TransactionLink
+from airflow_tpc.airflow.operators.base import TpcBaseOperator, tpc_template_fields
+from airflow_tpc.airflow.utils.spark_app import (
     AppStoppingSparkSubmitHook,
     failure_reason,
     new_marker,
@@ -256,7 +256,7 @@ class StagedSparkSubmitOperator(TpcBaseOperator, SparkSubmitOperator):
                                      Callable[[str], object]]:
         """Begin this try's attempt and push it to XCom.  Returns the Spark conf the job
         gets (given the credentials file's *name*, or None) and how to abort the attempt
-        when the job fails.  :class:`~airflow_tpc.airflow.groups.GroupSparkSubmitOperator`
+        when the job fails.  :class:`~airflow_tpc.airflow.operators.group.GroupSparkSubmitOperator`
         begins a group instead."""
         hook = self.tpc_hook
         sink = hook.get_sink()

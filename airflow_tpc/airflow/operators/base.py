@@ -19,7 +19,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, BaseSensorOperator
 
 from airflow_tpc import SinkConfig
-from airflow_tpc.airflow.hooks import SinkArgs, TpcHook
+from airflow_tpc.airflow.hooks.tpc import SinkArgs, TpcHook
 
 #: The sink arguments that are templated on every protocol task (``storage_options`` and
 #: ``sink_config`` are not: they are checked when the DAG is parsed).

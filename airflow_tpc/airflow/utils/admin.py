@@ -65,7 +65,7 @@ def abort(sink: Sink, epoch: str, attempt: int | None = None,
 def _stop_application(sink: Sink, epoch: str, attempt: int) -> bool:
     """Stop the application the attempt's runtime record names (run page, admin DAG);
     True when it was alive."""
-    from airflow_tpc.airflow.spark_app import stop_recorded
+    from airflow_tpc.airflow.utils.spark_app import stop_recorded
 
     what = stop_recorded(sink, epoch, attempt)
     if what:

@@ -56,7 +56,7 @@ from airflow_tpc.core.schemas import PUBLISHED_SCHEMA_BASE
 from airflow_tpc.storage import storage_class
 
 if TYPE_CHECKING:  # pragma: no cover
-    from airflow_tpc.airflow.hooks import TpcHook
+    from airflow_tpc.airflow.hooks.tpc import TpcHook
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from airflow_tpc.airflow.azure_credentials import (
+from airflow_tpc.airflow.hooks.azure_credentials import (
     AZURE_CONN_TYPES,
     azure_options_from_connection,
 )

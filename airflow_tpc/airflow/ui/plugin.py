@@ -26,7 +26,7 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
-from airflow_tpc.airflow.links import PLUGIN_URL_PREFIX, ManifestLink, TransactionLink
+from airflow_tpc.airflow.links.tpc import PLUGIN_URL_PREFIX, ManifestLink, TransactionLink
 from airflow_tpc.airflow.ui.app import create_app, jsonable
 from airflow_tpc.airflow.ui.csrf import CSRF_HEADER, csrf_refusal, csrf_token
 

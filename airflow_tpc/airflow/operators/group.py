@@ -14,7 +14,7 @@ a target URI, or a dict of that member's sink arguments: ``target``, ``ledger_ur
 ``group_uri`` (the group's own folder) and the shared ``storage_conn_id``,
 ``storage_options``, ``sink_config`` and ``catalog_conn_id``.
 
-The arguments and the group they address are :mod:`airflow_tpc.airflow.group_base`'s
+The arguments and the group they address are :mod:`airflow_tpc.airflow.operators.group_base`'s
 (re-exported here).
 """
 
@@ -25,11 +25,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_tpc import InvalidState, Transaction
-from airflow_tpc.airflow import metrics, spark_app
-from airflow_tpc.airflow.group_base import (
+from airflow_tpc.airflow.hooks.tpc import TpcHook
+from airflow_tpc.airflow.operators.group_base import (
     GROUP_TEMPLATE_FIELDS,
     GROUP_XCOM_KEY,
     MEMBER_KEYS,
@@ -38,17 +37,11 @@ from airflow_tpc.airflow.group_base import (
     _loaded,
     default_group_uri,
 )
-from airflow_tpc.airflow.hooks import TpcHook
-from airflow_tpc.airflow.lineage_abort import abort_summary
-from airflow_tpc.airflow.metrics import ABORTS
-from airflow_tpc.airflow.operators import target_asset
-from airflow_tpc.airflow.submit import StagedSparkSubmitOperator, _owner, job_payload
-from airflow_tpc.airflow.task_policy import (
-    DEFAULT_ABORT_REASON,
-    abort_reason,
-    commit_retry_args,
-    refusals_fail_at_once,
-)
+from airflow_tpc.airflow.operators.submit import StagedSparkSubmitOperator, _owner, job_payload
+from airflow_tpc.airflow.operators.tpc import target_asset
+from airflow_tpc.airflow.utils import metrics, spark_app, task_policy
+from airflow_tpc.airflow.utils.lineage_abort import abort_summary
+from airflow_tpc.airflow.utils.metrics import ABORTS
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -143,8 +136,8 @@ class GroupCommitOperator(GroupTaskMixin, BaseOperator):
         default_outlets = "outlets" not in kwargs
         # retries by default, as CommitOperator's (task_policy.py): idempotent, so a lost
         # worker costs a retry, not the epoch
-        super().__init__(**commit_retry_args(retries, retry_delay, retry_exponential_backoff,
-                                             max_retry_delay), **kwargs)
+        super().__init__(**task_policy.commit_retry_args(
+            retries, retry_delay, retry_exponential_backoff, max_retry_delay), **kwargs)
         self.sensor_task_id = sensor_task_id
         self.force = force
         self._init_group(targets, namespace, group_uri, storage_conn_id, storage_options,
@@ -162,7 +155,7 @@ class GroupCommitOperator(GroupTaskMixin, BaseOperator):
         was_published = group.poll(gtxn).published
         started = time.monotonic()
         # a refusal is final; anything else is retried; each member's gauges at the end
-        with refusals_fail_at_once(), metrics.health_at_end(*hooks.values()):
+        with task_policy.refusals_fail_at_once(), metrics.health_at_end(*hooks.values()):
             result = group.commit(gtxn, force=self.force, expected_digests={
                 n: p["digest"] for n, p in pointer["members"].items()})
         published = group.poll(gtxn).published
@@ -203,7 +196,7 @@ class GroupCommitOperator(GroupTaskMixin, BaseOperator):
         return summary
 
 
-    # -- OpenLineage (airflow_tpc.airflow.lineage; only with that provider) -----------
+    # -- OpenLineage (airflow_tpc.airflow.utils.lineage; only with that provider) -----------
     def get_openlineage_facets_on_start(self) -> Any:
         """Every member as an output, named before anything is committed."""
         return _group_lineage(self.group_args.hooks())
@@ -220,7 +213,7 @@ class GroupCommitOperator(GroupTaskMixin, BaseOperator):
 def _member_summary(hook: TpcHook, txn: Transaction, pointer: Mapping[str, Any],
                     outcome: str) -> dict[str, Any]:
     """A member's part of the group's commit, shaped as a single commit's summary (what
-    :func:`airflow_tpc.airflow.lineage.lineage` reads), a table's version included."""
+    :func:`airflow_tpc.airflow.utils.lineage.lineage` reads), a table's version included."""
     out = {"outcome": outcome, "epoch": txn.epoch, "attempt": txn.attempt,
            "txn_id": txn.txn_id, "namespace": txn.namespace, "digest": pointer["digest"],
            "files": pointer.get("files"), "bytes": pointer.get("bytes"),
@@ -234,7 +227,7 @@ def _member_summary(hook: TpcHook, txn: Transaction, pointer: Mapping[str, Any],
 def _member_facts(hooks: Mapping[str, TpcHook],
                   members: Mapping[str, dict[str, Any]]) -> dict[str, Any] | None:
     try:
-        from airflow_tpc.airflow.lineage import commit_facts
+        from airflow_tpc.airflow.utils.lineage import commit_facts
     except ImportError:  # no OpenLineage provider: no lineage
         return None
     return {n: commit_facts(hooks[n], s) for n, s in members.items()}
@@ -247,7 +240,7 @@ def _group_lineage(hooks: Mapping[str, TpcHook],
     try:
         from airflow.providers.openlineage.extractors import OperatorLineage
 
-        from airflow_tpc.airflow.lineage import lineage
+        from airflow_tpc.airflow.utils.lineage import lineage
     except ImportError:
         return None
     outputs = []
@@ -257,7 +250,7 @@ def _group_lineage(hooks: Mapping[str, TpcHook],
     return OperatorLineage(outputs=outputs)
 
 
-class GroupAbortOperator(GroupTaskMixin, BaseOperator):
+class GroupAbortOperator(task_policy.AbortTask, GroupTaskMixin, BaseOperator):
     """Abort the run's group attempt (every member): by default when submit, sensor or
     commit failed.  A committed group is never aborted (logged, not raised: a commit that
     failed after its decision is rolled forward by re-running the commit task)."""
@@ -269,25 +262,16 @@ class GroupAbortOperator(GroupTaskMixin, BaseOperator):
                  group_uri: str | None = None, storage_conn_id: str | None = None,
                  storage_options: dict[str, Any] | None = None, sink_config: Any = None,
                  catalog_conn_id: str | None = None,
-                 reason: str = DEFAULT_ABORT_REASON,
+                 reason: str = task_policy.DEFAULT_ABORT_REASON,
                  trigger_rule: str = "one_failed", fail_run: bool = False,
                  **kwargs: Any) -> None:
         super().__init__(trigger_rule=trigger_rule, **kwargs)
-        self.submit_task_id = submit_task_id
-        self.reason = reason
-        self.fail_run = fail_run
+        self._init_abort(submit_task_id, reason, fail_run)
         self._init_group(targets, namespace, group_uri, storage_conn_id, storage_options,
                          sink_config, catalog_conn_id)
 
     def execute(self, context: Context) -> dict[str, Any]:
-        result = self._abort(context)
-        if self.fail_run:  # the run's outcome (a rejection at the approval gate)
-            context["ti"].xcom_push(key="return_value", value=result)
-            raise AirflowFailException(
-                f"{self.reason}: the run's group transaction was aborted "
-                f"({', '.join(result['aborted']) or 'nothing left to abort'}); "
-                "failing the run so the epoch is not taken as committed")
-        return result
+        return self._abort_result(context, self._abort(context), "group transaction")
 
     def _abort(self, context: Context) -> dict[str, list[str]]:
         doc = context["ti"].xcom_pull(task_ids=self.submit_task_id, key=GROUP_XCOM_KEY)
@@ -297,7 +281,7 @@ class GroupAbortOperator(GroupTaskMixin, BaseOperator):
             return {"aborted": [], "committed": []}
         group, hooks = self.open_group()
         gtxn = _loaded(group, doc, self.submit_task_id)
-        self.reason = abort_reason(self, context, str(self.reason))
+        self.reason = task_policy.abort_reason(self, context, str(self.reason))
         try:
             with metrics.health_at_end(*hooks.values()):  # each member's gauges
                 made = group.abort(gtxn, self.reason)
@@ -324,7 +308,3 @@ class GroupAbortOperator(GroupTaskMixin, BaseOperator):
         """Every member as an output, always; with the member's aborted attempt when this
         try aborted the group (nothing was written to any)."""
         return _group_lineage(self.group_args.hooks(), getattr(self, "_tpc_members", None))
-
-    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
-        """A failed abort, or a rejection (``fail_run``), names the members too."""
-        return self.get_openlineage_facets_on_complete(task_instance)

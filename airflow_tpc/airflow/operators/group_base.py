@@ -2,8 +2,8 @@
 and the arguments every group task declares (:class:`GroupTaskMixin`).
 
 Apart from the operators because the group's sensor and trigger
-(:mod:`airflow_tpc.airflow.group_sensor`) and the run page stand on it too, as the single
-target's tasks stand on :class:`~airflow_tpc.airflow.hooks.SinkArgs`: one declaration of
+(:mod:`airflow_tpc.airflow.sensors.group`) and the run page stand on it too, as the single
+target's tasks stand on :class:`~airflow_tpc.airflow.hooks.tpc.SinkArgs`: one declaration of
 the members, the group's folder and the shared sink arguments, checked once.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 from airflow.sdk import Asset
 
 from airflow_tpc import InvalidState, TpcError
-from airflow_tpc.airflow.hooks import SinkArgs, TpcHook, is_table_target
-from airflow_tpc.airflow.operators import target_asset
+from airflow_tpc.airflow.hooks.tpc import SinkArgs, TpcHook, is_table_target
+from airflow_tpc.airflow.operators.tpc import target_asset
 from airflow_tpc.group import Group, GroupTransaction
 from airflow_tpc.storage import storage_class
 
@@ -108,7 +108,7 @@ class GroupArgs:
         """What a group's submit task pushes under ``tpc_group_txn``: the transaction and,
         beside it, the group's arguments — names and public options only (SinkArgs
         refuses secrets) — from which the run page opens the group of a run.  A custom
-        submit task (:func:`~airflow_tpc.airflow.task_group.exactly_once_group_tasks`)
+        submit task (:func:`~airflow_tpc.airflow.utils.task_group.exactly_once_group_tasks`)
         pushes the same."""
         first = self.members[0][1]
         return {**gtxn.to_dict(), "group_uri": self.group_uri,

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import PokeReturnValue
 
-from airflow_tpc.airflow.base import TpcBaseSensor, tpc_template_fields
-from airflow_tpc.airflow.hooks import PrecommitCheck
-from airflow_tpc.airflow.metrics import health_at_end
-from airflow_tpc.airflow.operators import pull_txn
-from airflow_tpc.airflow.triggers import PrecommitTrigger
+from airflow_tpc.airflow.hooks.tpc import PrecommitCheck
+from airflow_tpc.airflow.operators.base import TpcBaseSensor, tpc_template_fields
+from airflow_tpc.airflow.operators.tpc import pull_txn
+from airflow_tpc.airflow.triggers.tpc import PrecommitTrigger
+from airflow_tpc.airflow.utils.metrics import health_at_end
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

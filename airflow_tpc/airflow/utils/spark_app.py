@@ -3,7 +3,7 @@
 A fenced or aborted attempt can never publish, but its Spark application would keep
 computing (and, on a cluster, keep its executors) until it ends by itself.  So:
 
-* the submit task runs spark-submit under :mod:`~airflow_tpc.airflow.app_guard`, in its own
+* the submit task runs spark-submit under :mod:`~airflow_tpc.airflow.utils.app_guard`, in its own
   session, with the attempt's random marker in the environment of every process of the
   application (spark-submit/driver JVM, PySpark driver, Python workers);
 * it writes the attempt's **runtime record** (PROTOCOL.md §2, §3.4 "runtime"):
@@ -36,8 +36,8 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from airflow_tpc.airflow import app_guard
-from airflow_tpc.airflow.job_credentials import SecretSafeSparkSubmitHook
+from airflow_tpc.airflow.hooks.job_credentials import SecretSafeSparkSubmitHook
+from airflow_tpc.airflow.utils import app_guard
 from airflow_tpc.core.layout import TPC_DIR, attempt_name
 
 log = logging.getLogger(__name__)

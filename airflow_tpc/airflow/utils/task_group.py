@@ -10,9 +10,9 @@ from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import Asset, BaseOperator, TaskGroup
 
 from airflow_tpc import SinkConfig
-from airflow_tpc.airflow.operators import AbortOperator, CommitOperator, target_asset
-from airflow_tpc.airflow.sensors import PrecommitSensor
-from airflow_tpc.airflow.submit import DEFAULT_EPOCH, StagedSparkSubmitOperator
+from airflow_tpc.airflow.operators.submit import DEFAULT_EPOCH, StagedSparkSubmitOperator
+from airflow_tpc.airflow.operators.tpc import AbortOperator, CommitOperator, target_asset
+from airflow_tpc.airflow.sensors.tpc import PrecommitSensor
 
 
 def exactly_once_spark_group(
@@ -261,7 +261,7 @@ def group_tasks(*, application: str, targets: dict[str, Any], namespace: str,
     """The tasks of a group transaction, wired as :func:`exactly_once_tasks` wires a
     single target's (same task ids: ``submit``, ``wait_precommit``, [``approve``,
     ``abort_rejected``], ``commit``, ``abort``, ``committed``)."""
-    from airflow_tpc.airflow.groups import GroupSparkSubmitOperator
+    from airflow_tpc.airflow.operators.group import GroupSparkSubmitOperator
 
     shared = {"targets": targets, "namespace": namespace, "group_uri": group_uri,
               "storage_conn_id": storage_conn_id, "storage_options": storage_options,
@@ -291,8 +291,8 @@ def exactly_once_group_tasks(
     under ``tpc_group_txn`` as ``GroupSparkSubmitOperator`` does
     (``GroupArgs.of(targets, namespace, group_uri).xcom(gtxn)``: the run page opens the
     group from it)."""
-    from airflow_tpc.airflow.group_sensor import GroupPrecommitSensor
-    from airflow_tpc.airflow.groups import GroupAbortOperator, GroupCommitOperator
+    from airflow_tpc.airflow.operators.group import GroupAbortOperator, GroupCommitOperator
+    from airflow_tpc.airflow.sensors.group import GroupPrecommitSensor
 
     shared = {"targets": targets, "namespace": namespace, "group_uri": group_uri,
               "storage_conn_id": storage_conn_id, "storage_options": storage_options,

@@ -17,7 +17,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_tpc import SinkConfig
-from airflow_tpc.airflow.hooks import SinkArgs, TpcHook
+from airflow_tpc.airflow.hooks.tpc import SinkArgs, TpcHook
 
 
 class PrecommitTrigger(BaseTrigger):

@@ -15,7 +15,7 @@ both), and kills every marked process when
 * its task process died (re-parented guard: the task was SIGKILLed, or its worker was),
 * it is sent SIGTERM/SIGINT/SIGHUP (the task's ``on_kill`` also kills by marker).
 
-The functions here are also used in-process by :mod:`airflow_tpc.airflow.spark_app`.
+The functions here are also used in-process by :mod:`airflow_tpc.airflow.utils.spark_app`.
 Linux ``/proc`` only; elsewhere :func:`marked_pids` finds nothing (the guard still runs).
 """
 

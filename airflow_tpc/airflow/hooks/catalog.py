@@ -1,7 +1,7 @@
 """The ``iceberg_catalog`` connection type (:class:`IcebergCatalogHook`): a table target's
 catalog properties and ledger root, read from a connection.
 
-Apart from :class:`~airflow_tpc.airflow.hooks.TpcHook` because it is a connection type of
+Apart from :class:`~airflow_tpc.airflow.hooks.tpc.TpcHook` because it is a connection type of
 its own (registered in the provider info, with its own form and *Test* button), and only
 table targets need it; the sink hook asks it for the properties where it runs.
 """

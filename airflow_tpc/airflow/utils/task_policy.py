@@ -75,6 +75,43 @@ def abort_reason(task: Any, context: Any, reason: str) -> str:
     return f"{default}: {' and '.join(failed)} failed (retries used up, or marked failed)"
 
 
+class AbortTask:
+    """What the single-target and the group abort operators share: the task whose
+    transaction they abort, the reason (:func:`abort_reason`), and ``fail_run`` — an
+    abort that is the run's *outcome* (a rejection at the approval gate) fails the task
+    after aborting, with no retry, so the run is not taken as committed.  Both declare
+    these arguments with the same defaults, and neither can forget the XCom push before
+    the failure (the result must stay visible on a failed task)."""
+
+    submit_task_id: str
+    reason: str
+    fail_run: bool
+
+    def _init_abort(self, submit_task_id: str, reason: str, fail_run: bool) -> None:
+        self.submit_task_id = submit_task_id
+        self.reason = reason
+        self.fail_run = fail_run
+
+    def _abort_result(self, context: Any, result: dict[str, Any], what: str
+                      ) -> dict[str, Any]:
+        """``result``, or, with ``fail_run``, the task failed (``what``: the aborted
+        "transaction" or "group transaction") once the result is pushed."""
+        if not self.fail_run:
+            return result
+        from airflow.sdk.exceptions import AirflowFailException
+
+        context["ti"].xcom_push(key="return_value", value=result)
+        raise AirflowFailException(
+            f"{self.reason}: the run's {what} was aborted "
+            f"({', '.join(result['aborted']) or 'nothing left to abort'}); "
+            "failing the run so the epoch is not taken as committed")
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        """A failed abort names its outputs as a finished one does; a rejection
+        (``fail_run``) fails after aborting, so its FAIL event names what it aborted."""
+        return self.get_openlineage_facets_on_complete(task_instance)  # type: ignore[attr-defined]
+
+
 @contextmanager
 def refusals_fail_at_once() -> Iterator[None]:
     """Run a commit so that a *refusal* fails the task for good, with no retry: the

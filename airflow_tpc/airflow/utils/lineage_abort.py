@@ -51,7 +51,7 @@ def emit_abort(dag_id: str, task_id: str,
         from openlineage.client.event_v2 import Job, Run, RunEvent, RunState
         from openlineage.client.uuid import generate_new_uuid
 
-        from airflow_tpc.airflow.lineage import output, sink_identity
+        from airflow_tpc.airflow.utils.lineage import output, sink_identity
         from airflow_tpc.tables.history import shown_target
     except ImportError:  # no OpenLineage provider: no lineage
         return False

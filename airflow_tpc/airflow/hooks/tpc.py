@@ -13,13 +13,13 @@ one place.
 
 Like the Amazon provider's ``AwsBaseHookMixin`` + ``aws_conn_id``/``region_name``, the
 arguments that say *which* sink (:class:`SinkArgs`) are declared once; the operator and
-sensor bases in :mod:`airflow_tpc.airflow.base` and :class:`PrecommitTrigger` all build
+sensor bases in :mod:`airflow_tpc.airflow.operators.base` and :class:`PrecommitTrigger` all build
 their hook from a :class:`SinkArgs`.
 
 What the hook stands on lives beside it, and is re-exported here: building the sink from a
-connection (:mod:`airflow_tpc.airflow.base_hook`), storage credentials
-(:mod:`airflow_tpc.airflow.credentials`) and the catalog connection of table targets
-(:mod:`airflow_tpc.airflow.catalog_hook`).
+connection (:mod:`airflow_tpc.airflow.hooks.base`), storage credentials
+(:mod:`airflow_tpc.airflow.hooks.credentials`) and the catalog connection of table targets
+(:mod:`airflow_tpc.airflow.hooks.catalog`).
 """
 
 from __future__ import annotations
@@ -29,19 +29,19 @@ from dataclasses import InitVar, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_tpc import InvalidState, ManifestError, SinkConfig, Transaction, TxnState
-from airflow_tpc.airflow.base_hook import (
+from airflow_tpc.airflow.hooks.base import (
     TpcBaseHook,
     is_table_target,
     sink_config,
     sink_config_dict,
 )
-from airflow_tpc.airflow.catalog_hook import (
+from airflow_tpc.airflow.hooks.catalog import (
     LEDGER_ROOT_KEY,
     IcebergCatalogHook,
     catalog_properties_from_connection,
     ledger_root_from_connection,
 )
-from airflow_tpc.airflow.credentials import (
+from airflow_tpc.airflow.hooks.credentials import (
     AWS_CONN_TYPE,
     PUBLIC_STORAGE_KEYS,
     AwsConnectionError,
@@ -50,7 +50,7 @@ from airflow_tpc.airflow.credentials import (
     options_from_connection,
     public_options,
 )
-from airflow_tpc.airflow.metrics import (
+from airflow_tpc.airflow.utils.metrics import (
     ABORTS,
     EXPIRATIONS,
     FENCED,
@@ -365,7 +365,7 @@ class TpcHook(TpcBaseHook):
         """Stop the Spark application an attempt's runtime record names; True when it was
         alive.  After the abort decision (so the reason is this abort's, not the dying
         task's); the caller then aborts again to remove what the job wrote meanwhile."""
-        from airflow_tpc.airflow.spark_app import stop_recorded
+        from airflow_tpc.airflow.utils.spark_app import stop_recorded
 
         what = stop_recorded(sink, info.epoch, info.attempt)
         if what:

@@ -1,6 +1,6 @@
 """Extra links: the manifest a commit published, and the transaction page of a run.
 
-Both open pages of the airflow-tpc UI plugin (:mod:`airflow_tpc.airflow.plugin`), served
+Both open pages of the airflow-tpc UI plugin (:mod:`airflow_tpc.airflow.ui.plugin`), served
 over http by Airflow's own API server, for every store: the Airflow 3 UI does not show
 ``file://`` links, and a staging URL points at files deleted once the commit publishes.
 The links are relative to the API server (no host), so they work behind any proxy name.
@@ -19,9 +19,9 @@ if TYPE_CHECKING:
     from airflow.models.taskinstancekey import TaskInstanceKey
     from airflow.sdk import BaseOperator, Context
 
-#: URL prefix of the airflow-tpc UI plugin (see :mod:`airflow_tpc.airflow.plugin`).
+#: URL prefix of the airflow-tpc UI plugin (see :mod:`airflow_tpc.airflow.ui.plugin`).
 PLUGIN_URL_PREFIX = "/airflow-tpc"
-#: The commit task's summary XCom (epoch, attempt, digest, totals); see operators.py.
+#: The commit task's summary XCom (epoch, attempt, digest, totals); see operators/tpc.py.
 _COMMIT_XCOM_KEY = "tpc_commit"
 
 

@@ -5,7 +5,7 @@ Read from the connection's fields the way the provider's own hooks read them
 them serves an Azure target unchanged; the provider's hooks are not called (they build
 clients of their own: we need only the options, and the provider need not be installed
 to read a connection).  Every secret is registered with Airflow's secrets masker, and
-only :data:`~airflow_tpc.airflow.credentials.PUBLIC_STORAGE_KEYS` ever leave the
+only :data:`~airflow_tpc.airflow.hooks.credentials.PUBLIC_STORAGE_KEYS` ever leave the
 process (XCom, the Spark conf); the job gets the rest by ``job_credentials``.
 
 ``wasb`` (Azure Blob Storage):

@@ -1,10 +1,10 @@
-"""The shared base of :class:`~airflow_tpc.airflow.hooks.TpcHook`: sink arguments plus a
+"""The shared base of :class:`~airflow_tpc.airflow.hooks.tpc.TpcHook`: sink arguments plus a
 connection turned into the core :class:`Sink` of one target.
 
 Like the Amazon provider's ``AwsBaseHook`` under its service hooks: this base owns the
 connection, the credentials and the sink it builds (rebuilt when refreshed credentials
 change), and nothing of the protocol; the questions the tasks ask of the sink are
-:class:`~airflow_tpc.airflow.hooks.TpcHook`'s.
+:class:`~airflow_tpc.airflow.hooks.tpc.TpcHook`'s.
 """
 
 from __future__ import annotations
@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseHook
 
 from airflow_tpc import Sink, SinkConfig, Transaction
-from airflow_tpc.airflow.azure_credentials import AZURE_CONN_TYPES, azure_job_env
-from airflow_tpc.airflow.catalog_hook import IcebergCatalogHook
-from airflow_tpc.airflow.credentials import (
+from airflow_tpc.airflow.hooks.azure_credentials import AZURE_CONN_TYPES, azure_job_env
+from airflow_tpc.airflow.hooks.catalog import IcebergCatalogHook
+from airflow_tpc.airflow.hooks.credentials import (
     AWS_CONN_TYPE,
     AwsCredentials,
     check_public,
     options_from_connection,
     public_options,
 )
-from airflow_tpc.airflow.metrics import TpcMetrics
+from airflow_tpc.airflow.utils.metrics import TpcMetrics
 from airflow_tpc.storage import storage_class
 from airflow_tpc.tables import open_sink
 
@@ -58,7 +58,7 @@ def is_table_target(target: str) -> bool:
 
 class TpcBaseHook(BaseHook):
     """Builds the :class:`Sink` of one target from public options plus a connection
-    (:class:`~airflow_tpc.airflow.hooks.TpcHook` documents the arguments)."""
+    (:class:`~airflow_tpc.airflow.hooks.tpc.TpcHook` documents the arguments)."""
 
     conn_name_attr = "storage_conn_id"
     default_conn_name = "tpc_default"

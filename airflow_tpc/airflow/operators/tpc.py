@@ -5,9 +5,9 @@ point, roll-forward) is made by the core :class:`airflow_tpc.Sink`; the operator
 only carry the transaction between tasks (XCom), map outcomes onto task states and
 Asset events, and keep secrets out of logs, XComs and the Spark conf.
 
-The submit operator lives in :mod:`airflow_tpc.airflow.submit` and how it hands
-credentials to spark-submit in :mod:`airflow_tpc.airflow.job_credentials`; both are
-re-exported here, so ``from airflow_tpc.airflow.operators import ...`` names every
+The submit operator lives in :mod:`airflow_tpc.airflow.operators.submit` and how it hands
+credentials to spark-submit in :mod:`airflow_tpc.airflow.hooks.job_credentials`; both are
+re-exported here, so ``from airflow_tpc.airflow.operators.tpc import ...`` names every
 operator of a single target.
 """
 
@@ -18,12 +18,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset
-from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_tpc import InvalidState, Transaction
-from airflow_tpc.airflow.base import TpcBaseOperator, tpc_template_fields
-from airflow_tpc.airflow.hooks import TXN_XCOM_KEY
-from airflow_tpc.airflow.job_credentials import (
+from airflow_tpc.airflow.hooks.job_credentials import (
     CREDENTIALS_FILE_PREFIX,
     JOB_CREDENTIALS,
     SecretOnCommandLine,
@@ -34,18 +31,21 @@ from airflow_tpc.airflow.job_credentials import (
     resolve_job_credentials,
     write_credentials_file,
 )
-from airflow_tpc.airflow.lineage_abort import abort_summary
-from airflow_tpc.airflow.links import ManifestLink
-from airflow_tpc.airflow.metrics import health_at_end
-from airflow_tpc.airflow.submit import (
+from airflow_tpc.airflow.hooks.tpc import TXN_XCOM_KEY
+from airflow_tpc.airflow.links.tpc import ManifestLink
+from airflow_tpc.airflow.operators.base import TpcBaseOperator, tpc_template_fields
+from airflow_tpc.airflow.operators.submit import (
     DEFAULT_EPOCH,
     SPARK_CONF_KEY,
     StagedSparkSubmitOperator,
     job_payload,
     package_zip,
 )
-from airflow_tpc.airflow.task_policy import (
+from airflow_tpc.airflow.utils.lineage_abort import abort_summary
+from airflow_tpc.airflow.utils.metrics import health_at_end
+from airflow_tpc.airflow.utils.task_policy import (
     DEFAULT_ABORT_REASON,
+    AbortTask,
     abort_reason,
     commit_retry_args,
     refusals_fail_at_once,
@@ -56,7 +56,7 @@ from airflow_tpc.tables.history import table_uri
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_tpc.airflow.hooks import TpcHook
+    from airflow_tpc.airflow.hooks.tpc import TpcHook
 
 __all__ = [
     "COMMIT_XCOM_KEY", "CREDENTIALS_FILE_PREFIX", "DEFAULT_EPOCH", "EVENT_STATE_KEY",
@@ -93,7 +93,7 @@ class CommitOperator(TpcBaseOperator):
     :param force: commit even past the transaction timeout (logged loudly).
     :param retries: default 3 (``retry_delay`` 15 s, doubling, at most 5 min): a commit is
         idempotent, so a worker lost mid-commit costs a retry, not the epoch; the abort
-        task runs only once the commit failed for good (airflow_tpc/airflow/task_policy.py).
+        task runs only once the commit failed for good (airflow_tpc/airflow/utils/task_policy.py).
         A value given here or in ``default_args`` wins.
     """
 
@@ -205,7 +205,7 @@ class CommitOperator(TpcBaseOperator):
             self.log.warning("Could not record the Asset event in the task state store: %s",
                              exc)
 
-    # -- OpenLineage (airflow_tpc.airflow.lineage; only with that provider) -----------
+    # -- OpenLineage (airflow_tpc.airflow.utils.lineage; only with that provider) -----------
     def get_openlineage_facets_on_start(self) -> Any:
         """The target as the output, named before anything is committed."""
         return _lineage(self.tpc_hook, None)
@@ -225,7 +225,7 @@ class CommitOperator(TpcBaseOperator):
 def _lineage_facts(hook: TpcHook, summary: dict[str, Any]) -> dict[str, Any] | None:
     """What the lineage facets need read in this process (None: no OpenLineage)."""
     try:
-        from airflow_tpc.airflow.lineage import commit_facts
+        from airflow_tpc.airflow.utils.lineage import commit_facts
     except ImportError:
         return None
     return commit_facts(hook, summary)
@@ -234,7 +234,7 @@ def _lineage_facts(hook: TpcHook, summary: dict[str, Any]) -> dict[str, Any] | N
 def _lineage(hook: TpcHook, summary: dict[str, Any] | None,
              facts: dict[str, Any] | None = None) -> Any:
     try:
-        from airflow_tpc.airflow.lineage import lineage
+        from airflow_tpc.airflow.utils.lineage import lineage
     except ImportError:  # no OpenLineage provider: no lineage
         return None
     return lineage(hook, summary, facts)
@@ -246,7 +246,7 @@ def target_asset(target: str) -> Asset:
     return Asset(uri=uri.rstrip("/"))
 
 
-class AbortOperator(TpcBaseOperator):
+class AbortOperator(AbortTask, TpcBaseOperator):
     """Abort the run's transaction(s): by default when submit, sensor or commit failed.
 
     ``trigger_rule="one_failed"`` makes it run when any upstream protocol task fails
@@ -273,9 +273,7 @@ class AbortOperator(TpcBaseOperator):
                  trigger_rule: str = "one_failed", fail_run: bool = False,
                  **kwargs: Any) -> None:
         super().__init__(trigger_rule=trigger_rule, **kwargs)
-        self.submit_task_id = submit_task_id
-        self.reason = reason
-        self.fail_run = fail_run
+        self._init_abort(submit_task_id, reason, fail_run)
 
     def execute(self, context: Context) -> dict[str, Any]:
         doc = pull_txn(context, self.submit_task_id)
@@ -297,22 +295,11 @@ class AbortOperator(TpcBaseOperator):
             txn = Transaction.from_dict(doc)
             self._tpc_summary = abort_summary(txn.epoch, txn.namespace,
                                               result["aborted"])
-        if self.fail_run:
-            context["ti"].xcom_push(key="return_value", value=result)
-            raise AirflowFailException(
-                f"{self.reason}: the run's transaction was aborted "
-                f"({', '.join(result['aborted']) or 'nothing left to abort'}); "
-                "failing the run so the epoch is not taken as committed")
-        return result
+        return self._abort_result(context, result, "transaction")
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """The target, always (an abort concerns it even when an earlier abort, the submit
         task's own, left nothing to do); with every attempt this try aborted (outcome
         ``aborted``, ``abortedAttempts``) when it aborted any.  Nothing was written."""
         return _lineage(self.tpc_hook, getattr(self, "_tpc_summary", None))
-
-    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
-        """A failed abort names the target; a rejection (``fail_run``) fails the task after
-        aborting: its FAIL event names the target and the attempts aborted."""
-        return self.get_openlineage_facets_on_complete(task_instance)
 
