@@ -91,3 +91,58 @@ def test_a_rewrite_in_a_partitioned_table_keeps_its_rows_in_their_partition(tmp_
     got = DeltaTable(path).to_pyarrow_table().sort_by("id").to_pylist()
     assert got == [{"id": 2, "x": 7, "region": "eu"}, {"id": 3, "x": 1, "region": "us"},
                    {"id": 10, "x": 2, "region": "eu"}]
+
+
+def test_is_null_is_proved_only_by_a_file_whose_every_row_is_null(tmp_path):
+    """``IS NULL`` holds for a file only when its null count is its row count
+    (``scope.proves``): a file with one non-null value among nulls is refused, a file of
+    nulls only is accepted.  (A mutation run found ``==`` turned into ``!=`` unnoticed:
+    then the mixed file is published inside a predicate one of its rows fails.)"""
+    message = refusal(tmp_path / "mixed", "id IS NULL",
+                      [(None, 2.0, 2.0), (5, 2.0, 2.0)])  # type: ignore[list-item]
+    assert "Nothing was decided" in message
+    path = str(tmp_path / "nulls" / "events")
+    write_deltalake(path, table([(1, 1.0, 1.0)]), mode="append")
+    sink = DeltaSink(f"delta+file://{path}", "events", replace_where="id IS NULL")
+    txn = sink.begin("e1")
+    write_parquet(sink, txn, "staged.parquet",
+                  table([(None, 2.0, 2.0), (None, 3.0, 3.0)]))  # type: ignore[list-item]
+    manifest = sink.precommit(txn)
+    assert manifest.total_files == 1
+
+
+def test_a_staged_file_whose_footer_keeps_no_bounds_of_a_compared_column_is_refused(tmp_path):
+    """A row group whose statistics of a compared column have no min/max (Parquet
+    writers drop them for long strings) proves nothing: ``DeltaScope.footer_bounds``
+    gives that column unknown bounds and the staged file is refused with the proof's
+    message, nothing changed (a mutant that returned nothing there was not noticed)."""
+    path = str(tmp_path / "events")
+    write_deltalake(path, pa.table({"id": pa.array([1], pa.int64()),
+                                    "name": pa.array(["b"])}), mode="append")
+    version = DeltaTable(path).version()
+    sink = DeltaSink(f"delta+file://{path}", "events", replace_where="name = 'b'")
+    txn = sink.begin("e1")
+    long = "b" * 10_000  # no min/max kept for it: the bounds are unknown, not 'b'..'b'
+    write_parquet(sink, txn, "staged.parquet",
+                  pa.table({"id": pa.array([2, 3], pa.int64()), "name": pa.array(["b", long])}))
+    before = full_tree(sink)
+    with pytest.raises(TableSchemaError) as err:
+        sink.precommit(txn)
+    assert "outside replace_where \"name = 'b'\"" in str(err.value)
+    assert "keeps no bounds to prove otherwise" in str(err.value)
+    assert full_tree(sink) == before and DeltaTable(path).version() == version
+
+
+def test_a_column_without_bounds_leaves_the_other_columns_proof_standing(tmp_path):
+    """The footer's bounds are per column: ``name`` keeping no min/max must not cost
+    ``id`` its bounds, so ``name = 'b' OR id = 2`` is proved by ``id`` alone and the
+    staged file is accepted (a mutant that gave up on every column did refuse it)."""
+    path = str(tmp_path / "events")
+    write_deltalake(path, pa.table({"id": pa.array([1], pa.int64()),
+                                    "name": pa.array(["b"])}), mode="append")
+    sink = DeltaSink(f"delta+file://{path}", "events", replace_where="name = 'b' OR id = 2")
+    txn = sink.begin("e1")
+    write_parquet(sink, txn, "staged.parquet",
+                  pa.table({"id": pa.array([2, 2], pa.int64()),
+                            "name": pa.array(["b", "c" * 10_000])}))
+    assert sink.precommit(txn).total_files == 1

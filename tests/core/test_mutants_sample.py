@@ -1,0 +1,45 @@
+"""Issue 32 §3: survivors of the sampled mutation run (docs/mutation.md, "A sampled
+run"), each killed here with real local files and checked against its mutant with
+``scripts/mutants_by_hand.py``.
+
+- ``GroupMaintenance.recover__mutmut_28``: recover's ``abort_undecided`` dropped on its
+  way to the judgement of an open group attempt, so a restore's "abort everything
+  undecided" left an open, unexpired group attempt open (its members' staging kept,
+  the next begin fenced by nothing but its attempt number).
+- ``SinkQueries._info__mutmut_75``: ``describe`` without an aborted attempt's reason
+  (what the CLI's ``status`` and the run page show an operator).
+- ``Sink.abort__mutmut_2``: the default reason recorded by an abort.
+"""
+
+from __future__ import annotations
+
+from airflow_tpc import Sink, TxnState
+
+from .helpers import stage
+from .test_groups import NEW, _group, _member_state, _stage
+
+
+def test_group_recover_abort_undecided_aborts_an_open_attempt_and_only_then(tmp_path):
+    store = (str(tmp_path / "target"), None)
+    group = _group(store, timeout_s=3600)
+    gtxn = _stage(group, "5", NEW)
+    assert _group(store).recover().aborted == []  # open, not expired: left alone
+    for name in group.sinks:
+        assert _member_state(group, name, "5", gtxn.attempt) == TxnState.PRECOMMITTED
+    report = _group(store).recover(abort_undecided=True)
+    assert report.aborted == [("5", gtxn.attempt, "restore")]
+    for name, sink in group.sinks.items():
+        assert _member_state(group, name, "5", gtxn.attempt) == TxnState.ABORTED
+        assert not sink.storage.list(sink.layout.staging("5", gtxn.attempt))
+
+
+def test_describe_shows_an_aborted_attempts_reason_and_abort_has_a_default(tmp_path):
+    sink = Sink(str(tmp_path / "t"), "events")
+    first, _ = stage(sink, "1", {"a.parquet": b"a"})
+    sink.abort(first, "spark job failed: OOM")
+    second, _ = stage(sink, "2", {"a.parquet": b"b"})
+    sink.abort(second)
+    infos = {(i.epoch, i.attempt): i for e in ("1", "2") for i in sink.describe(e)}
+    assert infos[("1", first.attempt)].state == TxnState.ABORTED
+    assert infos[("1", first.attempt)].reason == "spark job failed: OOM"
+    assert infos[("2", second.attempt)].reason == "aborted"
