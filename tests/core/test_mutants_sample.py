@@ -9,13 +9,20 @@ run"), each killed here with real local files and checked against its mutant wit
 - ``SinkQueries._info__mutmut_75``: ``describe`` without an aborted attempt's reason
   (what the CLI's ``status`` and the run page show an operator).
 - ``Sink.abort__mutmut_2``: the default reason recorded by an abort.
+- ``SinkMaintenance._check_published_claims__mutmut_52/54/55``: the refusal of recover
+  when the decision record of the attempt readers see is lost names that record (the
+  file an operator must restore).
 """
 
 from __future__ import annotations
 
-from airflow_tpc import Sink, TxnState
+import pytest
 
-from .helpers import stage
+from airflow_tpc import Sink, TxnState
+from airflow_tpc.core.records import DECISION
+from airflow_tpc.errors import TpcError
+
+from .helpers import full_tree, stage
 from .test_groups import NEW, _group, _member_state, _stage
 
 
@@ -43,3 +50,18 @@ def test_describe_shows_an_aborted_attempts_reason_and_abort_has_a_default(tmp_p
     assert infos[("1", first.attempt)].state == TxnState.ABORTED
     assert infos[("1", first.attempt)].reason == "spark job failed: OOM"
     assert infos[("2", second.attempt)].reason == "aborted"
+
+
+def test_recover_names_the_lost_decision_record_of_the_published_attempt(tmp_path):
+    sink = Sink(str(tmp_path / "t"), "events")
+    txn, _ = stage(sink, "1", {"a.parquet": b"a"})
+    sink.commit(txn)
+    record = sink.layout.record("1", txn.attempt, DECISION)
+    sink.storage.delete_files([record])
+    before = full_tree(sink)
+    with pytest.raises(TpcError) as err:  # recover's summary quotes the LedgerError
+        Sink(str(tmp_path / "t"), "events").recover()
+    assert (f"readers see attempt {txn.attempt}, but its decision record "
+            f"{sink.storage.uri(record)} is missing") in str(err.value)
+    assert record.endswith(f"attempt=00000{txn.attempt}/decision.json")
+    assert full_tree(sink) == before
