@@ -213,13 +213,16 @@ def main(argv: list[str] | None = None) -> int:
                         f"{v} {h.fmt_s(r[-1]['commit'])} "
                         f"({sum(r[-1]['commit_requests'].values())} req)"
                         for v, r in out.items()))
+                    # the repetitions so far, should a long run be stopped before its end
+                    case = {"backend": name, "n": n, "reps": rep + 1, "runs": out,
+                            "load": h.load_average()}
+                    h.save({**data, "cases": [*data["cases"], case], "partial": True},
+                           partial, quiet=True)
 
                 runs = h.interleave(b.variants(n), reps,
                                     lambda v, _rep, n=n, b=b: run(b, v, n, bodies), progress)
                 data["cases"].append({"backend": name, "n": n, "reps": reps, "runs": runs,
                                       "load": h.load_average()})
-                # the cases so far, should a long run be stopped before its end
-                h.save({**data, "partial": True}, partial, quiet=True)
     h.save(data, args.results)
     Path(partial).unlink(missing_ok=True)
     report.publish("azure" if azure else "s3", data, args.output)

@@ -36,8 +36,8 @@ def load(kind: str) -> dict[str, Any] | None:
 def run_line(label: str, d: dict[str, Any]) -> str:
     busy = " (busy: absolute times inflated, ratios the figures to read)" \
         if max(d["load_start"], d["load_end"]) > d["cores"] else ""
-    stopped = "; stopped before its end: the cases shown are complete, later ones not " \
-        "measured" if d.get("partial") else ""
+    stopped = "; stopped before its end: each case shows the repetitions it completed" \
+        if d.get("partial") else ""
     return (f"- {label}: `{d['command'].strip()}` ({d['mode']} mode{stopped}) on {d['date']}, "
             f"{d['elapsed_s'] / 60:.0f} min, code {d['code']}; 1-minute load "
             f"{d['load_start']:.1f} at start, {d['load_end']:.1f} at end on {d['cores']} "
