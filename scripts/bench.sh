@@ -7,7 +7,9 @@
 # 10,000 files, Azure (Azurite, the same latency) at 1,000 and 10,000 files, Spark at 1M and
 # 5M rows x 2 and 200 files. On 2 busy cores: core ~7 min,
 # S3 at 1,000 files ~25 min (both servers, 3 reps; 10,000 files add well over an hour:
-# `bench/bench_s3.py --sizes 1000` skips them), Spark about an hour.
+# `bench/bench_s3.py --sizes 1000` skips them), Azure at 1,000 files ~19 min (10,000 files
+# add over two hours on a busy machine: Azurite stages ~15 blobs/s and slows as a
+# container fills), Spark about an hour.
 # --quick: up to 10,000 local files, 200 epochs, S3 and Azure at 200 files, Spark 1M x 2.
 # --no-spark: the core, S3 and Azure only.
 # Needs what scripts/bootstrap.sh needs (python3, Java 17).
@@ -20,7 +22,7 @@ for arg in "$@"; do
   case "$arg" in
     --quick) mode=(--quick) ;;
     --no-spark) spark=0 ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; echo "usage: $0 [--quick] [--no-spark]"
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; echo "usage: $0 [--quick] [--no-spark]"
                exit 0 ;;
     *) echo "unknown option: $arg (usage: $0 [--quick] [--no-spark])" >&2; exit 2 ;;
   esac
