@@ -1,7 +1,9 @@
-"""An epoch's commit on S3 behind real-S3-like latency: moto and SeaweedFS, every mode.
+"""An epoch's commit on S3 behind real-S3-like latency: moto and SeaweedFS, every mode;
+and on Azure Blob Storage (Azurite) the same way.
 
     .venv/bin/python bench/bench_s3.py [--quick | --smoke] [--sizes 1000 10000] [--reps 3]
-        [--backends moto seaweedfs] [--latency-ms 50 100] [--results bench/results/s3.json]
+        [--backends moto seaweedfs | --backends azurite] [--latency-ms 50 100]
+        [--results bench/results/s3.json]
 
 Two real S3 servers, each a process of its own on 127.0.0.1: moto's server and
 SeaweedFS (``weed mini``, started as the tests start it: ``tests/seaweed.py``; it also
@@ -24,7 +26,11 @@ interleaved, order rotating every repetition:
   behind the same latency and counted;
 - **delta**: a Delta table (``delta+s3://``), on moto.
 
-Results go to ``bench/results/s3.json``; ``bench/report.py`` writes docs/benchmarks.md.
+``--backends azurite`` runs the same variants on Azurite (``bench/azurite_backend.py``:
+Iceberg with its warehouse on ``abfs://``, Delta on ``delta+az://``), alone: its results
+go to ``bench/results/azure.json`` (a run of the S3 servers keeps its own, and the
+reverse). Results go to ``bench/results/s3.json``; ``bench/report.py`` writes
+docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -41,14 +47,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness as h  # noqa: E402
 import report  # noqa: E402
+from azurite_backend import AzuriteBackend  # noqa: E402
 
 from airflow_tpc import Sink, SinkConfig  # noqa: E402
 from airflow_tpc.tables import open_sink  # noqa: E402
 
 NAMESPACE, EPOCH, WARMUP = "bench", "2026-01-02", "2026-01-01"
-SEQ, FLOOR = "copy, copy_workers=1", "copy, no added latency"
-#: Variants timed only up to this many files (the sequential copies take ~75 ms a file).
-SLOW_MAX = 1_000
+SEQ, FLOOR, SLOW_MAX = h.SEQ, h.FLOOR, h.SLOW_MAX
 
 
 class Backend:
@@ -104,6 +109,12 @@ class Backend:
                          catalog_properties=props, storage_options=options,
                          ledger_uri=self.server.new_prefix())
 
+    def stage(self, staging_uri: str, bodies: list[bytes], n: int) -> None:
+        h.put_many(self.client, staging_uri, bodies, n)
+
+    def done(self, sink: Any) -> None:
+        """Nothing: each run's bucket or prefix is fresh (moto is reset per run)."""
+
     def counts(self, variant: str) -> dict[str, int]:
         out = (self.floor if variant == FLOOR else self.proxy).requests()
         if self.catalog is not None:
@@ -117,27 +128,36 @@ class Backend:
         h.rmtree(self.work)
 
 
-def run(backend: Backend, variant: str, n: int, bodies: dict[str, list[bytes]]
+def run(backend: Backend | AzuriteBackend, variant: str, n: int, bodies: dict[str, list[bytes]]
         ) -> dict[str, Any]:
     """One steady-state commit of n files: seconds and requests of precommit and commit."""
     sink = backend.sink(variant)
     warm = sink.begin(WARMUP)
-    h.put_many(backend.client, warm.staging_uri, bodies[WARMUP], 1)
+    backend.stage(warm.staging_uri, bodies[WARMUP], 1)
     sink.commit(warm, expected_digest=sink.precommit(warm).digest)
     txn = sink.begin(EPOCH)
-    h.put_many(backend.client, txn.staging_uri, bodies[EPOCH], n)
+    backend.stage(txn.staging_uri, bodies[EPOCH], n)
     backend.counts(variant)
     t_pre, manifest = h.timed(lambda: sink.precommit(txn))
     pre_req = backend.counts(variant)
     t_commit, result = h.timed(lambda: sink.commit(txn, expected_digest=manifest.digest))
     if result.outcome != "committed":
         raise RuntimeError(f"{backend.name} {variant}, {n} files: {result.outcome}")
+    backend.done(sink)
     return {"precommit": t_pre, "commit": t_commit, "precommit_requests": pre_req,
             "commit_requests": backend.counts(variant)}
 
 
 @contextlib.contextmanager
-def backend(name: str, latency: tuple[float, float]) -> Iterator[Backend]:
+def backend(name: str, latency: tuple[float, float]) -> Iterator[Backend | AzuriteBackend]:
+    if name == "azurite":
+        with h.azurite() as server:
+            az = AzuriteBackend(server, latency, NAMESPACE)
+            try:
+                yield az
+            finally:
+                az.close()
+        return
     if name == "moto":
         with h.moto_server() as endpoint:
             b = Backend(name, endpoint, {"key": h.MOTO_CREDS["key"],
@@ -163,19 +183,28 @@ def main(argv: list[str] | None = None) -> int:
     h.add_common_args(parser, "s3.json")
     parser.add_argument("--sizes", type=int, nargs="+", default=None,
                         help="files per commit (default 1000 10000; quick 200)")
-    parser.add_argument("--backends", nargs="+", choices=["moto", "seaweedfs"],
-                        default=["moto", "seaweedfs"])
+    parser.add_argument("--backends", nargs="+", choices=["moto", "seaweedfs", "azurite"],
+                        default=["moto", "seaweedfs"],
+                        help="S3 servers, or azurite alone (results: azure.json)")
     parser.add_argument("--latency-ms", type=float, nargs=2, default=[50.0, 100.0],
                         metavar=("MIN", "MAX"))
     args = parser.parse_args(argv)
+    azure = "azurite" in args.backends
+    if azure and len(set(args.backends)) > 1:
+        parser.error("--backends azurite runs alone: its results go to "
+                     "bench/results/azure.json, the S3 servers' to s3.json")
+    if azure and args.results == str(h.RESULTS / "s3.json"):
+        args.results = str(h.RESULTS / "azure.json")
     sizes = args.sizes or ([20] if args.smoke else [200] if args.quick else [1_000, 10_000])
     reps = args.reps or (1 if args.smoke else 2 if args.quick else 3)
     latency = (0.0, 0.0) if args.smoke else (args.latency_ms[0], args.latency_ms[1])
     bodies = {e: h.parquet_bodies(e) for e in (EPOCH, WARMUP)}
+    partial = str(Path(args.results).with_suffix(".partial.json"))
     data = h.run_info("bench/bench_s3.py " + " ".join(argv), h.mode(args))
     data.update(latency_ms=list(latency), default_workers=SinkConfig().copy_workers, cases=[])
     for name in args.backends:
-        h.log(f"S3 on {name}, behind {latency[0]:g}-{latency[1]:g} ms a request")
+        h.log(f"{'Azure' if azure else 'S3'} on {name}, behind {latency[0]:g}-"
+              f"{latency[1]:g} ms a request")
         with backend(name, latency) as b:
             for n in sizes:
                 def progress(rep: int, out: dict[str, list[Any]], n: int = n, name: str = name
@@ -184,13 +213,19 @@ def main(argv: list[str] | None = None) -> int:
                         f"{v} {h.fmt_s(r[-1]['commit'])} "
                         f"({sum(r[-1]['commit_requests'].values())} req)"
                         for v, r in out.items()))
+                    # the repetitions so far, should a long run be stopped before its end
+                    case = {"backend": name, "n": n, "reps": rep + 1, "runs": out,
+                            "load": h.load_average()}
+                    h.save({**data, "cases": [*data["cases"], case], "partial": True},
+                           partial, quiet=True)
 
                 runs = h.interleave(b.variants(n), reps,
                                     lambda v, _rep, n=n, b=b: run(b, v, n, bodies), progress)
                 data["cases"].append({"backend": name, "n": n, "reps": reps, "runs": runs,
                                       "load": h.load_average()})
     h.save(data, args.results)
-    report.publish("s3", data, args.output)
+    Path(partial).unlink(missing_ok=True)
+    report.publish("azure" if azure else "s3", data, args.output)
     return 0
 
 

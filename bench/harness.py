@@ -4,9 +4,10 @@
   two timings of the same repetition), :func:`rotated` (who goes first rotates each
   repetition), :func:`timed`;
 - formatting for the report: :func:`fmt_s`, :func:`fmt_x` (within 5 % of 1 is
-  *parity*), :func:`fmt_b`;
+  *parity*), :func:`fmt_b`, :func:`table` (Markdown), :func:`verdict`;
 - servers: moto's S3 (:func:`moto_server`), SeaweedFS (:func:`seaweed`, started as the
-  tests start it: ``tests/seaweed.py``) and the latency proxy (:class:`Proxy`:
+  tests start it: ``tests/seaweed.py``), Azurite (:func:`azurite`: ``tests/azurite.py``)
+  and the latency proxy (:class:`Proxy`:
   ``tests/faults/proxy.py`` in a process of its own, adding latency to every request and
   counting requests per operation; ``python bench/harness.py proxy UPSTREAM MIN MAX``);
 - the run's context (:func:`run_info`: machine, load, the commit measured) and
@@ -43,6 +44,10 @@ RESULTS = ROOT / "bench" / "results"
 PARITY = 0.05
 #: Of the results JSON; older results are not read (run the benchmark again).
 SCHEMA = 3
+#: The object-store variants timed only up to SLOW_MAX files (bench_s3.py, its report).
+SEQ, FLOOR = "copy, copy_workers=1", "copy, no added latency"
+#: The sequential copies take ~75 ms a file behind the latency.
+SLOW_MAX = 1_000
 MOTO_CREDS = {"key": "testing", "secret": "testing-secret-key", "region_name": "us-east-1"}
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -111,6 +116,19 @@ def fmt_b(n: float) -> str:
     return f"{n:,.2f} GiB"
 
 
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table; columns whose first cell is a short figure align right."""
+    first = rows[0] if rows else header
+    return ["| " + " | ".join(header) + " |",
+            "|" + "|".join("---:" if c[:1].isdigit() and len(c) < 24 else "---"
+                           for c in first) + "|",
+            *("| " + " | ".join(r) + " |" for r in rows), ""]
+
+
+def verdict(ok: bool | None) -> str:
+    return "not measured" if ok is None else "**met**" if ok else "**not met**"
+
+
 # ------------------------------------------------------------------ servers
 def free_port() -> int:
     with socket.socket() as s:
@@ -166,6 +184,21 @@ def seaweed() -> Iterator[Any]:
 
     with tempfile.TemporaryDirectory(prefix="bench-seaweed-") as work:
         server = sw.start(Path(work))
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+@contextlib.contextmanager
+def azurite() -> Iterator[Any]:
+    """Azurite's Blob service (``azurite-blob``), as the tests start it (``tests/azurite.py``:
+    ``.tools/azurite``, a free port of 127.0.0.1, its data in a temporary folder)."""
+    sys.path.insert(0, str(ROOT))
+    from tests import azurite as az
+
+    with tempfile.TemporaryDirectory(prefix="bench-azurite-") as work:
+        server = az.start(Path(work))
         try:
             yield server
         finally:
@@ -291,13 +324,14 @@ def run_info(command: str, mode: str) -> dict[str, Any]:
             "_started": time.perf_counter()}
 
 
-def save(data: dict[str, Any], path: str | Path) -> None:
+def save(data: dict[str, Any], path: str | Path, quiet: bool = False) -> None:
     """Close the run (elapsed time, load at end) and write its results JSON."""
     data["elapsed_s"] = round(time.perf_counter() - data.pop("_started"), 1)
     data["load_end"] = load_average()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(data, indent=1) + "\n")
-    log(f"results saved to {path}")
+    if not quiet:
+        log(f"results saved to {path}")
 
 
 def add_common_args(parser: Any, results: str) -> None:

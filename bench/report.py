@@ -19,11 +19,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness import RESULTS, ROOT, SCHEMA, fmt_b, fmt_s, fmt_x, median, paired
+from harness import RESULTS, ROOT, SCHEMA, fmt_b, fmt_s, fmt_x, median, paired, table, verdict
+from report_stores import azure_goal_rows, azure_section, s3_goal_rows, s3_section
 
 DOCS = ROOT / "docs"
-KINDS = ("core", "s3", "spark")
-SEQ, FLOOR = "copy, copy_workers=1", "copy, no added latency"
+KINDS = ("core", "s3", "azure", "spark")
 MB = 1_000_000
 
 
@@ -33,23 +33,12 @@ def load(kind: str) -> dict[str, Any] | None:
     return data if data and data.get("schema") == SCHEMA else None
 
 
-def table(header: list[str], rows: list[list[str]]) -> list[str]:
-    """Columns whose first cell is a short figure align right."""
-    first = rows[0] if rows else header
-    return ["| " + " | ".join(header) + " |",
-            "|" + "|".join("---:" if c[:1].isdigit() and len(c) < 24 else "---"
-                           for c in first) + "|",
-            *("| " + " | ".join(r) + " |" for r in rows), ""]
-
-
-def verdict(ok: bool | None) -> str:
-    return "not measured" if ok is None else "**met**" if ok else "**not met**"
-
-
 def run_line(label: str, d: dict[str, Any]) -> str:
     busy = " (busy: absolute times inflated, ratios the figures to read)" \
         if max(d["load_start"], d["load_end"]) > d["cores"] else ""
-    return (f"- {label}: `{d['command'].strip()}` ({d['mode']} mode) on {d['date']}, "
+    stopped = "; stopped before its end: each case shows the repetitions it completed" \
+        if d.get("partial") else ""
+    return (f"- {label}: `{d['command'].strip()}` ({d['mode']} mode{stopped}) on {d['date']}, "
             f"{d['elapsed_s'] / 60:.0f} min, code {d['code']}; 1-minute load "
             f"{d['load_start']:.1f} at start, {d['load_end']:.1f} at end on {d['cores']} "
             f"cores{busy}.")
@@ -65,32 +54,9 @@ def rss_mb(m: dict[str, Any], key: str) -> float:
     return m["commit"][key] / MB
 
 
-def s3_case(s3: dict[str, Any] | None, backend: str, n: int | None = None
-            ) -> dict[str, Any] | None:
-    cases = [c for c in (s3 or {}).get("cases", []) if c["backend"] == backend
-             and (n is None or c["n"] == n)]
-    return cases[-1] if cases else None
-
-
-def commits(c: dict[str, Any], v: str) -> list[float]:
-    return [r["commit"] for r in c["runs"].get(v, [])]
-
-
-def reqs(runs: list[dict[str, Any]], key: str = "commit_requests") -> dict[str, int]:
-    """The requests of the repetition whose total is the median one."""
-    ordered = sorted((r[key] for r in runs), key=lambda d: sum(d.values()))
-    return ordered[len(ordered) // 2] if ordered else {}
-
-
-def req_total(d: dict[str, int]) -> str:
-    cat = sum(v for k, v in d.items() if k.startswith("catalog"))
-    s3 = sum(d.values()) - cat
-    return f"{s3:,} + {cat:,} catalog" if cat else f"{s3:,}"
-
-
 # ------------------------------------------------------------------ summary
 def goals(core: dict[str, Any] | None, s3: dict[str, Any] | None,
-          spark: dict[str, Any] | None) -> list[str]:
+          spark: dict[str, Any] | None, azure: dict[str, Any] | None = None) -> list[str]:
     rows: list[list[str]] = []
     local = (core or {}).get("local", [])
     big = [r for r in local if r["n"] >= 10_000]
@@ -138,43 +104,17 @@ def goals(core: dict[str, Any] | None, s3: dict[str, Any] | None,
                      "files", "≤ 3 %", f"{st['overhead_pct']:.1f} % (per rep "
                      f"{st['overhead_pct_min']:.1f}–{st['overhead_pct_max']:.1f} %)",
                      verdict(st["overhead_pct"] <= 3)])
-    for b in ("moto", "seaweedfs"):
-        c = s3_case(s3, b, 1_000) or s3_case(s3, b)
-        if c and SEQ in c["runs"]:
-            x = paired(commits(c, SEQ), commits(c, "copy"))
-            rows.append([f"10/21. S3 parallel vs sequential copies, {b}",
-                         "≥ 8x at 1k files behind 50-100 ms",
-                         f"{fmt_x(x)} at {c['n']:,} files",
-                         verdict(x >= 8 if c["n"] >= 1_000 and s3 and
-                                 s3["latency_ms"][1] >= 50 else None)])
-    for b, fmt, issue, n in (("moto", "iceberg", "11", 10_000), ("moto", "delta", "11", 10_000),
-                             ("seaweedfs", "iceberg", "18", 1_000),
-                             ("seaweedfs", "iceberg", "18", 10_000)):  # issue 18: 1k and 10k
-        c = s3_case(s3, b, n) or s3_case(s3, b)
-        if c and fmt in c["runs"]:
-            x = paired(commits(c, fmt), commits(c, "copy"))
-            rows.append([f"{issue}. {fmt} table commit vs copy, {b}",
-                         f"≤ 0.1x at {n:,} files behind 50-100 ms",
-                         f"{fmt_x(x)} at {c['n']:,} files ({req_total(reqs(c['runs'][fmt]))} "
-                         "requests)", verdict(x <= 0.1) if c["n"] >= n else
-                         f"not measured at {n:,} files"])
-    for b in ("moto", "seaweedfs"):
-        c = s3_case(s3, b, 1_000) or s3_case(s3, b)
-        if c:
-            rows.append([f"21. requests per commit, {b}", "copy, manifest and table promotion",
-                         f"at {c['n']:,} files: " + ", ".join(
-                             f"{v} {req_total(reqs(runs))}" for v, runs in c["runs"].items()
-                             if v in ("copy", "manifest", "iceberg", "delta")), "measured"])
+    rows += s3_goal_rows(s3) + azure_goal_rows(azure)
     return ["### Goals", "", *table(["issue / goal", "target", "measured (paired medians)",
                                      "verdict"], rows)]
 
 
 def summary(core: dict[str, Any] | None, s3: dict[str, Any] | None,
-            spark: dict[str, Any] | None) -> list[str]:
+            spark: dict[str, Any] | None, azure: dict[str, Any] | None = None) -> list[str]:
     out = ["## Summary", "", "Runs (each ratio below divides two timings of one run):", ""]
-    for label, d in (("Core", core), ("S3", s3), ("Spark", spark)):
+    for label, d in (("Core", core), ("S3", s3), ("Azure", azure), ("Spark", spark)):
         out.append(run_line(label, d) if d else f"- {label}: no results yet.")
-    out += ["", *goals(core, s3, spark)]
+    out += ["", *goals(core, s3, spark, azure)]
     return out
 
 
@@ -280,65 +220,16 @@ def core_sections(core: dict[str, Any]) -> list[str]:
     return out
 
 
-def s3_section(s3: dict[str, Any]) -> list[str]:
-    lo, hi = s3["latency_ms"]
-    out = ["## 4. S3 behind real-S3-like latency: moto and SeaweedFS", "",
-           "Two real S3 servers on 127.0.0.1, each a process of its own: moto's server (one "
-           "Python process, a few ms of CPU per request) and SeaweedFS (`weed mini`, started "
-           "as the tests start it, `tests/seaweed.py`: a Go server, also an Iceberg REST "
-           "catalog). The sink reaches them only through `tests/faults/proxy.py` (run by "
-           f"`bench/harness.py` in a process of its own), which delays every request by "
-           f"{lo:g}-{hi:g} ms (uniform) and counts requests per operation. One epoch of N "
-           "small Parquet files is staged straight into the server; `precommit` and "
-           "`commit` are timed alone, each target having committed one untimed epoch first "
-           "(steady state). **copy** = folder target, copy promotion, default "
-           f"`copy_workers={s3['default_workers']}` (the baseline); **{SEQ}** = the same "
-           f"copies one at a time; **{FLOOR}** = *copy* through a proxy adding nothing (what "
-           "the server allows here); **manifest** = `promotion=\"manifest\"`; **iceberg** = "
-           "an Iceberg table (moto: SQL catalog on SQLite, warehouse on the same S3; "
-           "SeaweedFS: its REST catalog, a table bucket, the ledger apart, every catalog "
-           "request behind the same latency and counted as *catalog*); **delta** = a Delta "
-           "table. *Requests* are the commit's alone; *commit / copy* is paired.", ""]
-    for c in s3["cases"]:
-        base = commits(c, "copy")
-        rows = [[v, fmt_s(median(r["precommit"] for r in runs)),
-                 req_total(reqs(runs, "precommit_requests")), fmt_s(median(commits(c, v))),
-                 fmt_x(paired(commits(c, v), base)) if v != "copy" else "1 (baseline)",
-                 req_total(reqs(runs)), ", ".join(f"{k} {n:,}" for k, n in sorted(
-                     reqs(runs).items(), key=lambda kv: -kv[1]))]
-                for v, runs in c["runs"].items()]
-        out += [f"**{c['backend']}, {c['n']:,} files** ({c['reps']} reps, load "
-                f"{c['load']:.1f} at the end):", "",
-                *table(["variant", "precommit", "requests", "commit", "commit / copy",
-                        "requests per commit", "by operation"], rows)]
-        if SEQ in c["runs"]:
-            x, w = paired(commits(c, SEQ), base), s3["default_workers"]
-            r = reqs(c["runs"]["copy"])
-            copies = r.get("copy", 0)
-            bound = sum(r.values()) / (sum(r.values()) - copies + copies / w)
-            per_req = median(commits(c, SEQ)) / sum(r.values())
-            out += [f"Parallel vs sequential copies on {c['backend']}: **{fmt_x(x)}** "
-                    f"(sequential / parallel, paired). With `copy_workers={w}` the "
-                    f"{copies:,} copies overlap but the commit's other "
-                    f"{sum(r.values()) - copies} requests run one after another: with free CPU "
-                    f"and equal requests the ratio would reach ~{bound:.1f}x (Amdahl, from the "
-                    f"request counts). Sequentially a request took {fmt_s(per_req)} on "
-                    f"average (the added latency averages 75 ms; the rest is client, proxy "
-                    f"and server CPU on this machine); parallel copies through a proxy "
-                    f"adding no latency took {fmt_s(median(commits(c, FLOOR)))}, what this "
-                    "machine's CPU allows without any latency.", ""]
-    return out
-
-
 def benchmarks_md(core: dict[str, Any] | None, s3: dict[str, Any] | None,
-                  spark: dict[str, Any] | None) -> str:
+                  spark: dict[str, Any] | None, azure: dict[str, Any] | None = None) -> str:
     out = ["# Benchmarks", "",
            "Generated by `scripts/bench.sh` from `bench/results/*.json` (`bench/report.py`); "
            "do not edit by hand. The Spark end-to-end benchmark is in "
            "[bench-spark.md](bench-spark.md); how to run and read: `bench/README.md`.", "",
-           *summary(core, s3, spark), ""]
+           *summary(core, s3, spark, azure), ""]
     out += core_sections(core) if core else []
     out += s3_section(s3) if s3 else []
+    out += azure_section(azure) if azure else []
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -394,7 +285,7 @@ def publish(kind: str, data: dict[str, Any], output: str | None) -> None:
     results = {k: load(k) for k in KINDS}
     results[kind] = data
     doc = spark_md(data) if kind == "spark" else benchmarks_md(
-        results["core"], results["s3"], results["spark"])
+        results["core"], results["s3"], results["spark"], results["azure"])
     if output == "-":
         print(doc)
         return
@@ -403,12 +294,14 @@ def publish(kind: str, data: dict[str, Any], output: str | None) -> None:
     path.write_text(doc)
     print(f"wrote {path}", file=sys.stderr)
     if kind == "spark" and output is None:  # its figures are in the summary too
-        (DOCS / "benchmarks.md").write_text(benchmarks_md(results["core"], results["s3"], data))
+        (DOCS / "benchmarks.md").write_text(benchmarks_md(results["core"], results["s3"], data,
+                                                          results["azure"]))
 
 
 def main() -> int:
     r = {k: load(k) for k in KINDS}
-    (DOCS / "benchmarks.md").write_text(benchmarks_md(r["core"], r["s3"], r["spark"]))
+    (DOCS / "benchmarks.md").write_text(benchmarks_md(r["core"], r["s3"], r["spark"],
+                                                      r["azure"]))
     if r["spark"]:
         (DOCS / "bench-spark.md").write_text(spark_md(r["spark"]))
     return 0

@@ -55,6 +55,19 @@ def test_bench_s3_smoke(tmp_path: Path) -> None:
     assert "## 4. S3" in report
 
 
+def test_bench_azure_smoke(tmp_path: Path) -> None:
+    """The azurite backend (issue 35 §4): every mode, requests counted in Azure's terms."""
+    results = tmp_path / "azure.json"
+    report = _run(["bench/bench_s3.py", "--smoke", "--backends", "azurite", "--results",
+                   str(results), "--output", "-"])
+    (case,) = json.loads(results.read_text())["cases"]
+    assert case["backend"] == "azurite" and case["n"] == 20
+    assert {"copy", "copy, copy_workers=1", "manifest", "iceberg", "delta"} <= set(case["runs"])
+    copy, manifest = case["runs"]["copy"][0], case["runs"]["manifest"][0]
+    assert copy["commit_requests"]["copy"] == 20 and "copy" not in manifest["commit_requests"]
+    assert "## 5. Azure" in report and "35. Azure requests per commit" in report
+
+
 def test_bench_spark_smoke(tmp_path: Path) -> None:
     out, results = tmp_path / "bench-spark.md", tmp_path / "spark.json"
     _run(["bench/bench_spark.py", "--smoke", "--output", str(out), "--results", str(results)])
@@ -66,7 +79,7 @@ def test_report_from_saved_results(tmp_path: Path) -> None:
     """bench/report.py renders the saved results (or none) without measuring."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "bench")}
     code = ("import report, sys; r = {k: report.load(k) for k in report.KINDS}; "
-            "sys.stdout.write(report.benchmarks_md(r['core'], r['s3'], r['spark']))")
+            "sys.stdout.write(report.benchmarks_md(r['core'], r['s3'], r['spark'], r['azure']))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr

@@ -151,9 +151,12 @@ class Request:
 
 
 def classify(req: Request) -> Op:
-    """The S3 operation of a path-style request (moto on an IP endpoint is path-style)."""
+    """The S3 operation of a path-style request (moto on an IP endpoint is path-style),
+    or the Azure Blob operation of one (:func:`classify_azure`: it carries x-ms-version)."""
     q = req.query
     h = req.headers
+    if "x-ms-version" in h:
+        return classify_azure(req)
     key = req.path.lstrip("/").partition("/")[2]
     if req.method == "HEAD":
         return Op.HEAD
@@ -174,6 +177,32 @@ def classify(req: Request) -> Op:
             return Op.LIST
         return Op.GET
     return Op.OTHER
+
+
+def classify_azure(req: Request) -> Op:
+    """The kind of an Azure Blob request, in S3's terms (the benchmark's request counts
+    compare the two): Copy Blob (``x-ms-copy-source``) is a copy, List Blobs
+    (``comp=list``) a list, Put Block / Put Block List a multipart upload, a blob batch a
+    delete; container calls (``restype=container``) and other ``comp=`` calls are other."""
+    q, h = req.query, req.headers
+    comp = q.get("comp", "")
+    if comp == "list":
+        return Op.LIST
+    if comp in ("block", "blocklist") and req.method == "PUT":
+        return Op.MULTIPART
+    if comp == "batch" or req.method == "DELETE":
+        return Op.DELETE
+    if req.method == "HEAD":
+        return Op.HEAD
+    if comp or "restype" in q:
+        return Op.OTHER
+    if req.method == "PUT":
+        if "x-ms-copy-source" in h:
+            return Op.COPY
+        if "if-none-match" in h or "if-match" in h:
+            return Op.CONDITIONAL_PUT
+        return Op.PUT
+    return Op.GET if req.method == "GET" else Op.OTHER
 
 
 def _canonical(req: Request) -> str:

@@ -77,6 +77,39 @@ def test_classify_upload_part_copy_is_multipart() -> None:
     assert classify(Request("POST", "/b?delete", {})) is Op.DELETE
 
 
+def test_every_azure_operation_is_classified(azurite: Any) -> None:
+    """Azure Blob calls (Azurite, through the proxy) land in S3's classes: the benchmark's
+    request counts compare the stores by them (bench/report_stores.py)."""
+    from azure.core import MatchConditions
+    from azure.storage.blob import BlobBlock, BlobServiceClient
+
+    upstream = azurite.endpoint.rsplit("/", 1)[0]
+    seen: list[Op] = []
+    with FaultProxy(upstream) as proxy:
+        proxy.script = lambda req, op, n: seen.append(op)
+        account = azurite.options()
+        service = BlobServiceClient(f"{proxy.endpoint}/{account['account_name']}",
+                                    credential={"account_name": account["account_name"],
+                                                "account_key": account["account_key"]})
+        container = service.create_container(f"cls-{time.monotonic_ns()}")
+        blob = container.get_blob_client("k")
+        blob.upload_blob(b"v", overwrite=True)
+        container.get_blob_client("k2").upload_blob(b"v", overwrite=False)
+        etag = blob.get_blob_properties().etag
+        blob.upload_blob(b"w", overwrite=True, etag=etag,
+                         match_condition=MatchConditions.IfNotModified)
+        container.get_blob_client("k3").start_copy_from_url(blob.url)
+        blob.download_blob().readall()
+        list(container.list_blobs())
+        multi = container.get_blob_client("m")
+        multi.stage_block("YQ==", b"p")
+        multi.commit_block_list([BlobBlock("YQ==")])
+        blob.delete_blob()
+        container.delete_container()
+    assert seen == [Op.OTHER, Op.PUT, Op.CONDITIONAL_PUT, Op.HEAD, Op.CONDITIONAL_PUT, Op.COPY,
+                    Op.GET, Op.LIST, Op.MULTIPART, Op.MULTIPART, Op.DELETE, Op.DELETE]
+
+
 def test_bodies_arrive_byte_for_byte(proxy: FaultProxy, fault_bucket: str,
                                      direct_client: Any) -> None:
     """Content-Length, Expect: 100-continue, multipart, s3fs and raw chunked uploads."""

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 from airflow.sdk import BaseHook
 
+from airflow_tpc.airflow.hooks.glue_credentials import AWS_CONN_KEY, aws_conn_id_of, glue_properties
+
 if TYPE_CHECKING:
     from airflow.sdk.definitions.connection import Connection
 
@@ -33,7 +35,9 @@ def catalog_properties_from_connection(conn: Connection) -> dict[str, str]:
     ``extra`` leaves out: host (+ port) is ``uri``, schema is ``warehouse``; login and
     password are the catalog's credentials where pyiceberg has a name for them: a REST
     catalog's OAuth2 ``credential`` (``login:password``) or bearer ``token`` (password
-    only), a Glue catalog's ``glue.access-key-id``/``glue.secret-access-key``.  Other
+    only), a Glue catalog's ``glue.access-key-id``/``glue.secret-access-key`` (or, with
+    ``tpc.aws-conn-id`` in extra, none: :meth:`IcebergCatalogHook.catalog_properties`
+    takes them from that ``aws`` connection).  Other
     catalog types take their secrets in ``extra`` (or their ``uri``); a login/password
     there is refused rather than dropped.  Every secret-looking value is handed to
     Airflow's secrets masker before it can reach a log line.
@@ -44,7 +48,7 @@ def catalog_properties_from_connection(conn: Connection) -> dict[str, str]:
                          "catalog properties")
     props: dict[str, str] = {}
     for key, value in extra.items():
-        if key == LEDGER_ROOT_KEY:  # airflow-tpc's own field: see ledger_root_from_connection
+        if key in (LEDGER_ROOT_KEY, AWS_CONN_KEY):  # airflow-tpc's own fields
             continue
         if isinstance(value, (dict, list)):
             raise ValueError(f"connection {conn.conn_id!r}: catalog property {key!r} must be a "
@@ -65,6 +69,7 @@ def catalog_properties_from_connection(conn: Connection) -> dict[str, str]:
     kind = props.get("type", "").lower()
     if not kind and props.get("uri", "").lower().startswith(("http://", "https://")):
         kind = "rest"
+    aws_conn_id_of(conn, kind)  # a glue catalog's aws connection: checked here
     if conn.login or conn.password:
         if kind == "rest":
             if conn.login and conn.password:
@@ -163,7 +168,27 @@ class IcebergCatalogHook(BaseHook):
         return self._connection
 
     def catalog_properties(self) -> dict[str, str]:
-        return catalog_properties_from_connection(self._conn())
+        """The connection's properties; for a glue catalog naming an ``aws`` connection
+        (``tpc.aws-conn-id``), plus its Glue and S3 credentials, region and endpoints
+        (a region or endpoint the catalog connection gives itself wins)."""
+        conn = self._conn()
+        props = catalog_properties_from_connection(conn)
+        aws_id = aws_conn_id_of(conn, props.get("type", "").lower())
+        if aws_id:
+            for key, value in glue_properties(conn.conn_id, aws_id,
+                                              self._aws_conn(conn.conn_id, aws_id)).items():
+                props.setdefault(key, value)
+            _mask(props)
+        return props
+
+    def _aws_conn(self, catalog_conn_id: str, aws_conn_id: str) -> Connection:
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        try:
+            return self.get_connection(aws_conn_id)
+        except AirflowNotFoundException:
+            raise ValueError(f"connection {catalog_conn_id!r}: its {AWS_CONN_KEY} "
+                             f"{aws_conn_id!r} is not a defined connection") from None
 
     def ledger_root(self) -> str | None:
         """Where this catalog's tables keep their ledgers apart (``tpc.ledger-root``)."""
