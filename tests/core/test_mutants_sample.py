@@ -19,11 +19,14 @@ from __future__ import annotations
 import pytest
 
 from airflow_tpc import Sink, TxnState
+from airflow_tpc.core.faults import InjectedCrash, armed
+from airflow_tpc.core.manifest import MANIFEST_NAME
 from airflow_tpc.core.records import DECISION
-from airflow_tpc.errors import TpcError
+from airflow_tpc.errors import NamespaceConflict, TpcError
+from airflow_tpc.group import Group
 
-from .helpers import full_tree, stage
-from .test_groups import NEW, _group, _member_state, _stage
+from .helpers import committed_contents, full_tree, snapshot, stage, staging_files
+from .test_groups import NEW, NS, _group, _member_state, _stage
 
 
 def test_group_recover_abort_undecided_aborts_an_open_attempt_and_only_then(tmp_path):
@@ -65,3 +68,47 @@ def test_recover_names_the_lost_decision_record_of_the_published_attempt(tmp_pat
             f"{sink.storage.uri(record)} is missing") in str(err.value)
     assert record.endswith(f"attempt=00000{txn.attempt}/decision.json")
     assert full_tree(sink) == before
+
+
+def test_a_groups_refusals_name_what_differs_and_change_nothing(tmp_path):
+    """``group/claim.py``'s refusals (``check_namespace__mutmut_6``: the message lost;
+    ``check_members__mutmut_25``: its closing words): another namespace, another path
+    for a member, each named with both values and "Nothing was changed"."""
+    store = (str(tmp_path / "target"), None)
+    group = _group(store)
+    group.commit(_stage(group, "5", NEW))
+    base = str(tmp_path)
+    before = {name: full_tree(sink) for name, sink in group.sinks.items()}
+    other_ns = Group({n: Sink(f"{base}/{n}", "other") for n in ("events", "daily")},
+                     f"{base}/_tpc_groups/etl")
+    with pytest.raises(NamespaceConflict) as err:
+        other_ns.recover()
+    assert str(err.value).startswith(f"group {other_ns.uri} belongs to namespace 'etl', "
+                                     "not 'other': ")
+    moved = Group({"events": Sink(f"{base}/events", NS),
+                   "daily": Sink(f"{base}/elsewhere", NS)}, f"{base}/_tpc_groups/etl")
+    with pytest.raises(TpcError) as err:
+        moved.recover()
+    assert f"member 'daily' of group {moved.uri} is " in str(err.value)
+    assert str(err.value).endswith("a group's members never change. Nothing was changed.")
+    assert {name: full_tree(sink) for name, sink in group.sinks.items()} == before
+
+
+def test_recover_names_the_sealed_manifest_a_decided_commit_lost(tmp_path):
+    """A commit decided, then its sealed manifest removed by hand before promotion:
+    recover refuses by naming that file and the decided digest, publishes nothing and
+    keeps staging (``SinkFinish._decided_manifest__mutmut_30``: the message lost)."""
+    sink = Sink(str(tmp_path / "t"), "events")
+    txn, manifest = stage(sink, "1", {"a.parquet": b"a"})
+    with armed("commit.after_decision"), pytest.raises(InjectedCrash):
+        sink.commit(txn)
+    sealed = sink.storage.join(sink.layout.sealed("1", txn.attempt), MANIFEST_NAME)
+    sink.storage.delete_files([sealed])
+    before = snapshot(sink, include_ledger=True)  # the pending index is bookkeeping
+    staged = staging_files(sink)
+    with pytest.raises(TpcError) as err:
+        Sink(str(tmp_path / "t"), "events").recover()
+    assert (f"its sealed manifest {sink.storage.uri(sealed)} is gone although the commit "
+            f"was decided (digest {manifest.digest})") in str(err.value)
+    assert snapshot(sink, include_ledger=True) == before and staging_files(sink) == staged
+    assert committed_contents(sink) == {}
