@@ -112,3 +112,18 @@ def test_recover_names_the_sealed_manifest_a_decided_commit_lost(tmp_path):
             f"was decided (digest {manifest.digest})") in str(err.value)
     assert snapshot(sink, include_ledger=True) == before and staging_files(sink) == staged
     assert committed_contents(sink) == {}
+
+
+def test_recover_and_gc_report_progress_by_epoch_in_epoch_order(tmp_path):
+    """``progress(epoch, k, n)`` drives the CLI's progress line: each epoch once, in
+    epoch order ("2" before "10"), named (``recover__mutmut_27``: plain string order;
+    ``_clean_finished_staging__mutmut_18``: the epoch dropped)."""
+    sink = Sink(str(tmp_path / "t"), "events")
+    for epoch in ("10", "2"):
+        stage(sink, epoch, {"a.parquet": epoch.encode()})  # open: kept by both
+    seen: list[tuple[str, int, int]] = []
+    sink.recover(progress=lambda *args: seen.append(args))
+    assert seen == [("2", 1, 2), ("10", 2, 2)]
+    seen.clear()
+    assert sink.gc(progress=lambda *args: seen.append(args)) == []
+    assert seen == [("2", 1, 2), ("10", 2, 2)]
