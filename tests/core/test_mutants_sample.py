@@ -127,3 +127,35 @@ def test_recover_and_gc_report_progress_by_epoch_in_epoch_order(tmp_path):
     seen.clear()
     assert sink.gc(progress=lambda *args: seen.append(args)) == []
     assert seen == [("2", 1, 2), ("10", 2, 2)]
+
+
+def test_aborting_a_pre_committed_attempt_warns_what_it_discards(tmp_path, caplog):
+    """Throwing away sealed output is said loudly, in words an operator can grep for
+    (``SinkFinish._remove_aborted__mutmut_26``: the line's words changed unnoticed,
+    every test looked for a substring only)."""
+    sink = Sink(str(tmp_path / "t"), "events")
+    txn, manifest = stage(sink, "1", {"a.parquet": b"abc"})
+    with caplog.at_level("WARNING", logger="airflow_tpc"):
+        sink.abort(txn, "upstream data was wrong")
+    (line,) = [r.getMessage() for r in caplog.records if "DISCARDING" in r.getMessage()]
+    assert line.startswith(f"DISCARDING events/1/{txn.attempt}, PRE-COMMITTED (1 files, "
+                           f"3 bytes, digest {manifest.digest}")
+    assert line.endswith("upstream data was wrong. That output is never published.")
+
+
+def test_recover_warns_what_it_discards_of_an_attempt_aborted_earlier(tmp_path, caplog):
+    """An abort that died after its decision leaves the sealed staging to recover, which
+    removes it with the same loud line, saying it was aborted earlier and why."""
+    sink = Sink(str(tmp_path / "t"), "events")
+    txn, manifest = stage(sink, "1", {"a.parquet": b"abc"})
+    with armed("abort.after_decision"), pytest.raises(InjectedCrash):
+        sink.abort(txn, "upstream data was wrong")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="airflow_tpc"):
+        Sink(str(tmp_path / "t"), "events").recover()
+    (line,) = [r.getMessage() for r in caplog.records if "DISCARDING" in r.getMessage()]
+    assert line.startswith(f"DISCARDING events/1/{txn.attempt}, PRE-COMMITTED (1 files, "
+                           f"3 bytes, digest {manifest.digest}")
+    assert line.endswith("it was aborted earlier (upstream data was wrong). That output is "
+                         "never published.")
+    assert staging_files(sink) == []
