@@ -16,15 +16,19 @@ run"), each killed here with real local files and checked against its mutant wit
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from airflow_tpc import Sink, TxnState
 from airflow_tpc.core.faults import InjectedCrash, armed
+from airflow_tpc.core.ledger import Ledger
 from airflow_tpc.core.manifest import MANIFEST_NAME
 from airflow_tpc.core.records import DECISION
 from airflow_tpc.errors import NamespaceConflict, TpcError
 from airflow_tpc.group import Group
 
+from . import test_group_guards as guards
 from .helpers import committed_contents, full_tree, snapshot, stage, staging_files
 from .test_groups import NEW, NS, _group, _member_state, _stage
 
@@ -159,3 +163,23 @@ def test_recover_warns_what_it_discards_of_an_attempt_aborted_earlier(tmp_path, 
     assert line.endswith("it was aborted earlier (upstream data was wrong). That output is "
                          "never published.")
     assert staging_files(sink) == []
+
+
+def test_a_group_decision_naming_a_member_the_group_has_not_is_refused_by_name(tmp_path):
+    """The other half of the member check (``GroupFinish._check_before_switch``): a
+    decision edited to commit a target that is no member is refused naming it alone
+    ("not members: audit"), nothing changed (``__mutmut_23`` put words in the empty
+    "missing" half unnoticed)."""
+    store = (str(tmp_path / "target"), None)
+    group, gtxn = guards._decided(store)
+    path = group.ledger.layout.record("5", gtxn.attempt, DECISION)
+    doc = json.loads(group.storage.read_bytes(path))
+    doc["members"]["audit"] = dict(doc["members"]["daily"])
+    group.storage.put(path, Ledger.encode(doc))
+    before = guards._everything(store)
+    with pytest.raises(TpcError) as err:
+        guards._group(store).recover()
+    assert ("commits members audit, daily, events, but the group's members (its group.json) "
+            "are daily, events (not members: audit); the record was edited or damaged. "
+            "Nothing was switched on any member") in str(err.value)
+    assert guards._everything(store) == before
