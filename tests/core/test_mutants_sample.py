@@ -183,3 +183,32 @@ def test_a_group_decision_naming_a_member_the_group_has_not_is_refused_by_name(t
             "are daily, events (not members: audit); the record was edited or damaged. "
             "Nothing was switched on any member") in str(err.value)
     assert guards._everything(store) == before
+
+
+def test_a_group_claim_without_a_namespace_of_text_is_refused(tmp_path):
+    """``group.json`` edited so its namespace is no string (the format still right) is
+    a damaged claim: refused, nothing changed (``read_group_claim__mutmut_17`` accepted
+    it when only the format was checked)."""
+    store = (str(tmp_path / "target"), None)
+    group = _group(store)
+    group.commit(_stage(group, "5", NEW))
+    root = group.ledger.layout.root
+    claim_path = group.storage.join(root, "_tpc", "group.json")
+    doc = json.loads(group.storage.read_bytes(claim_path))
+    doc["namespace"] = 5
+    group.storage.put(claim_path, Ledger.encode(doc))
+    before = {name: full_tree(sink) for name, sink in group.sinks.items()}
+    with pytest.raises(TpcError) as err:
+        _group(store).recover()
+    assert f"{group.storage.uri(claim_path)} is not a group claim" in str(err.value)
+    assert {name: full_tree(sink) for name, sink in group.sinks.items()} == before
+
+
+def test_committed_files_come_in_epoch_order(tmp_path):
+    """Readers get epochs in epoch order ("2" before "10"), as every listing of this
+    package gives them (``SinkQueries.committed_files__mutmut_43``: string order)."""
+    sink = Sink(str(tmp_path / "t"), "events")
+    for epoch in ("10", "2"):
+        txn, _ = stage(sink, epoch, {"a.parquet": epoch.encode()})
+        sink.commit(txn)
+    assert list(sink.committed_files()) == ["2", "10"]
