@@ -25,7 +25,7 @@ from airflow_tpc.core.faults import InjectedCrash, armed
 from airflow_tpc.core.ledger import Ledger
 from airflow_tpc.core.manifest import MANIFEST_NAME
 from airflow_tpc.core.records import DECISION
-from airflow_tpc.errors import NamespaceConflict, TpcError
+from airflow_tpc.errors import FencedError, NamespaceConflict, TpcError
 from airflow_tpc.group import Group
 
 from . import test_group_guards as guards
@@ -212,3 +212,22 @@ def test_committed_files_come_in_epoch_order(tmp_path):
         txn, _ = stage(sink, epoch, {"a.parquet": epoch.encode()})
         sink.commit(txn)
     assert list(sink.committed_files()) == ["2", "10"]
+
+
+def test_a_fenced_group_verb_says_which_verb_and_which_attempt_fenced_it(tmp_path):
+    """A zombie group attempt's pre-commit and commit are refused naming the verb, the
+    zombie and the attempt that fenced it (``Group.precommit__mutmut_14``,
+    ``Group._decide_commit__mutmut_3``: the verb lost)."""
+    store = (str(tmp_path / "target"), None)
+    group = _group(store)
+    zombie = _stage(group, "5", NEW)
+    live = _group(store).begin("5")
+    tail = (f"refused for group {zombie.txn_id}: group attempt {live.attempt} of epoch 5 "
+            "has begun since (this attempt is a zombie and its output will never be "
+            "published)")
+    with pytest.raises(FencedError) as err:
+        group.precommit(zombie)
+    assert str(err.value) == "pre-commit " + tail
+    with pytest.raises(FencedError) as err:
+        group.commit(zombie)
+    assert str(err.value) == "commit " + tail
