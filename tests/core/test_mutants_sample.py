@@ -231,3 +231,21 @@ def test_a_fenced_group_verb_says_which_verb_and_which_attempt_fenced_it(tmp_pat
     with pytest.raises(FencedError) as err:
         group.commit(zombie)
     assert str(err.value) == "commit " + tail
+
+
+def test_a_group_record_copied_to_another_epoch_is_refused_naming_both(tmp_path):
+    """A group's begin record copied into another epoch's folder is refused naming the
+    file and what it names instead (``parse_group_record__mutmut_37/38``,
+    ``GroupLedger._parse__mutmut_2``: the message lost its parts)."""
+    store = (str(tmp_path / "target"), None)
+    group = _group(store)
+    gtxn = _stage(group, "5", NEW)
+    group.commit(gtxn)
+    layout, storage = group.ledger.layout, group.storage
+    copy = layout.record("6", 1, "begin")
+    storage.put(copy, storage.read_bytes(layout.record("5", gtxn.attempt, "begin")))
+    with pytest.raises(TpcError) as err:
+        _group(store).recover()
+    assert (f"group ledger record {storage.uri(copy)} names group {group.uri!r} epoch '5' "
+            f"attempt {gtxn.attempt}, not this one; it was edited, copied from elsewhere or "
+            "damaged") in str(err.value)
