@@ -25,7 +25,7 @@ from airflow_tpc.core.faults import InjectedCrash, armed
 from airflow_tpc.core.ledger import Ledger
 from airflow_tpc.core.manifest import MANIFEST_NAME
 from airflow_tpc.core.records import DECISION
-from airflow_tpc.errors import FencedError, NamespaceConflict, TpcError
+from airflow_tpc.errors import FencedError, NamespaceConflict, PlacementError, TpcError
 from airflow_tpc.group import Group
 
 from . import test_group_guards as guards
@@ -249,3 +249,18 @@ def test_a_group_record_copied_to_another_epoch_is_refused_naming_both(tmp_path)
     assert (f"group ledger record {storage.uri(copy)} names group {group.uri!r} epoch '5' "
             f"attempt {gtxn.attempt}, not this one; it was edited, copied from elsewhere or "
             "damaged") in str(err.value)
+
+
+def test_a_group_folder_holding_targets_is_refused_counting_them(tmp_path):
+    """A group folder that holds three targets is refused naming the first and counting
+    the rest (``check_group_folder__mutmut_71``: "and 1 more")."""
+    base = tmp_path / "target"
+    for name in ("a", "b", "c"):
+        sink = Sink(str(base / "lake" / name), NS)
+        txn, _ = stage(sink, "1", {"x.parquet": b"x"})
+        sink.commit(txn)
+    with pytest.raises(PlacementError) as err:
+        guards._group((str(base / "t"), None), folder="lake").begin("5")
+    assert str(err.value).endswith(
+        f"it contains target file://{base}/lake/a and 2 more. Nothing was written; give the "
+        "group a folder apart from every target.")
