@@ -264,3 +264,28 @@ def test_a_group_folder_holding_targets_is_refused_counting_them(tmp_path):
     assert str(err.value).endswith(
         f"it contains target file://{base}/lake/a and 2 more. Nothing was written; give the "
         "group a folder apart from every target.")
+
+
+def test_a_rerun_warns_of_exactly_the_files_put_in_the_epoch_by_hand(tmp_path, caplog):
+    """Replacing an epoch folder names, in one WARNING, the files a user put there by
+    hand (the commit replaces the epoch whole): never the files the previous attempt
+    published, never a hidden one (``_x``, ``.x`` or under ``_d/``), no "..." for a short
+    list (``promote.check_displaced__mutmut_38/57/83/115``: the previous attempt's files
+    named, the hidden test or the "..." changed, unnoticed)."""
+    sink = Sink(str(tmp_path / "t"), "events")
+    first, _ = stage(sink, "1", {"a.parquet": b"a", "b.parquet": b"b"})
+    sink.commit(first)
+    folder = tmp_path / "t" / "epoch=1"
+    (folder / "notes.txt").write_bytes(b"mine")
+    (folder / "_d").mkdir()
+    (folder / "_d" / "x.txt").write_bytes(b"hidden")
+    (folder / ".x").write_bytes(b"hidden")
+    (folder / "_x").write_bytes(b"hidden")
+    second, _ = stage(sink, "1", {"a.parquet": b"a2"})
+    with caplog.at_level("WARNING", logger="airflow_tpc"):
+        sink.commit(second)
+    (line,) = [r.getMessage() for r in caplog.records if "by hand" in r.getMessage()]
+    assert line.endswith("1 file(s) in file://" + str(folder) + " were not published by "
+                         "airflow-tpc (put there by hand?) and are replaced by this commit, "
+                         "as the whole epoch is: notes.txt")
+    assert committed_contents(sink) == {"1": [b"a2"]}
