@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import GroupMemberError, LedgerError
 from . import promote as _promote
@@ -52,10 +52,13 @@ from .records import (
     needs_finishing,
 )
 
-if TYPE_CHECKING:  # the sink module imports this one
-    from .sink_finish import SinkFinish
+if TYPE_CHECKING:
+    from ..storage import Storage
+    from .layout import Layout
+    from .ledger import Ledger
+    from .records import Decision
 
-__all__ = ["FinishPlan", "FinishReport", "FinishStep", "Finisher", "STEP_KINDS"]
+__all__ = ["FinishPlan", "FinishReport", "FinishStep", "Finisher", "FinishingSink", "STEP_KINDS"]
 
 #: What each step does (the order of :attr:`FinishPlan.steps` is the order of doing).
 STEP_KINDS = {
@@ -116,10 +119,43 @@ class FinishReport:
     replanned: bool = False
 
 
+class FinishingSink(Protocol):
+    """What a finisher needs of the sink whose epochs it finishes: its ledger and store,
+    and the sink's own checked reads and single-attempt steps.
+
+    :class:`~airflow_tpc.core.sink_finish.SinkFinish` provides them (so every sink, table
+    sinks with their overrides).  They are named here instead of importing the sink:
+    the sink builds its finisher, so the finisher stands below it, and this list is
+    the whole of what finishing may do to a target."""
+
+    ledger: Ledger
+    layout: Layout
+    storage: Storage
+    namespace: str
+
+    def _winner(self, epoch: str, attempts: dict[int, AttemptRecords]
+                ) -> tuple[int, CommitDecision] | None: ...
+
+    def _decision(self, epoch: str, attempt: int, rec: AttemptRecords) -> Decision | None: ...
+
+    def _decided_manifest(self, epoch: str, attempt: int, decision: CommitDecision
+                          ) -> Manifest: ...
+
+    def _abort(self, epoch: str, attempt: int, reason: str, expired: bool = False,
+               best_effort: bool = False, by_group: bool = False) -> bool: ...
+
+    def _remove_aborted(self, epoch: str, attempt: int, decision: AbortDecision,
+                        best_effort: bool, group_checked: bool = False) -> bool: ...
+
+    def _clean_staging(self, epoch: str, attempt: int) -> bool: ...
+
+    def _close(self, epoch: str, attempt: int, rec: AttemptRecords | None = None) -> None: ...
+
+
 class Finisher:
     """Plans and carries out the finishing of a sink's epochs (module docstring)."""
 
-    def __init__(self, sink: SinkFinish) -> None:
+    def __init__(self, sink: FinishingSink) -> None:
         self.sink = sink
 
     # -------------------------------------------------------------------- plan

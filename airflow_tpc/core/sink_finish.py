@@ -35,7 +35,6 @@ from .records import (
     needs_finishing,
 )
 from .sink_claim import SinkClaim
-from .sink_member import MemberSink
 
 log = logging.getLogger("airflow_tpc")
 
@@ -117,12 +116,6 @@ class SinkFinish(SinkClaim):
         """The seam between deciding and finishing (:mod:`airflow_tpc.core.finisher`): plans
         an epoch's roll-forward and carries it out; every finishing path uses it."""
         return Finisher(self)
-
-    @property
-    def for_group(self) -> MemberSink:
-        """The public surface a group drives this sink through, as one of its members
-        (:mod:`airflow_tpc.core.sink_member`)."""
-        return MemberSink(self)  # type: ignore[arg-type]
 
     def _finish_epoch(self, epoch: str, attempts: dict[int, AttemptRecords],
                       known: Manifest | None = None) -> int | None:

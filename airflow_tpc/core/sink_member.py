@@ -8,6 +8,8 @@ single target's caller must never take them one by one (a member attempt is deci
 only with its group).  This object names them once, publicly, so the group code calls
 no private method of a sink, and a table sink's overrides (``_prepare_begin``,
 ``_prepared_switch``, ``_release``, ...) are reached through it as through the verbs.
+The group wraps a member's sink in it (``MemberSink(sink)``); the sink itself does not
+know this module, so the import runs one way: group -> member surface -> sink.
 
 Finishing goes through the sink's :class:`~airflow_tpc.core.finisher.Finisher`
 (:attr:`MemberSink.finisher`), as every other finishing path does.

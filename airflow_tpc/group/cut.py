@@ -27,6 +27,7 @@ from ..core.ledger import AttemptRecords, Ledger
 from ..core.placement import GROUP_CLAIM
 from ..core.records import BEGIN, DECISION, PUBLISHED, Begin
 from ..core.sink import Sink
+from ..core.sink_member import MemberSink
 from ..errors import TpcError
 from ..storage import open_storage
 
@@ -101,7 +102,7 @@ def consistent_cut(ledger: GroupLedger, members: Mapping[str, Sink]
 
 def _member_moved_on(sink: Sink, name: str, epoch: str, attempt: int,
                      attempts: dict[int, AttemptRecords]) -> MovedOn | None:
-    won = sink.for_group.winner(epoch, attempts)
+    won = MemberSink(sink).winner(epoch, attempts)
     if won is not None and won[0] == attempt:
         return None
     if won is None:

@@ -21,6 +21,7 @@ from ..core.ledger import AttemptRecords
 from ..core.manifest import Manifest
 from ..core.records import BEGIN, CLOSED, DECISION, PUBLISHED, Begin, CommitDecision
 from ..core.sink import Sink, state_of_decision
+from ..core.sink_member import MemberSink
 from ..errors import LedgerError
 
 log = logging.getLogger("airflow_tpc")
@@ -97,14 +98,14 @@ class GroupFinish:
         commit in that one call, so engine readers see the tables move together.  Best
         effort: each member's own switch runs next and finds its commit in its table;
         if the catalog refused or lacks the call, each member switches on its own."""
-        keys = {self.sinks[n].for_group.switch_catalog() for n in decision.members}
+        keys = {MemberSink(self.sinks[n]).switch_catalog() for n in decision.members}
         if len(decision.members) < 2 or len(keys) != 1 or None in keys:
             return
         changes = []
         for name in sorted(decision.members):
             sink = self.sinks[name]
             decide_member(sink, epoch, attempt, decision.members[name])
-            change = sink.for_group.prepared_switch(epoch, attempt, known.get(name))
+            change = MemberSink(sink).prepared_switch(epoch, attempt, known.get(name))
             if change is not None:
                 changes.append(change)
         if len(changes) < 2:
@@ -156,7 +157,7 @@ class GroupFinish:
             begin = sink.ledger.read(epoch, attempt, BEGIN)
             if isinstance(begin, Begin) and begin.group is not None \
                     and begin.group.get("uri", "").rstrip("/") == self.uri:
-                sink.for_group.abort_for_group(epoch, attempt, f"group: {reason}", expired)
+                MemberSink(sink).abort_for_group(epoch, attempt, f"group: {reason}", expired)
                 crashpoint("group.abort.after_member")
 
 
@@ -169,8 +170,8 @@ def commit_member(sink: Sink, epoch: str, attempt: int, doc: dict[str, Any],
     attempts = sink.ledger.scan(epoch).get(epoch, {})
     rec = attempts.setdefault(attempt, AttemptRecords())
     decide_member(sink, epoch, attempt, doc, rec)
-    won = sink.for_group.finish(epoch, attempts, known=known)
-    sink.for_group.roll_forward_pending(epoch, attempts)
+    won = MemberSink(sink).finish(epoch, attempts, known=known)
+    MemberSink(sink).roll_forward_pending(epoch, attempts)
     return won
 
 
@@ -184,7 +185,7 @@ def decide_member(sink: Sink, epoch: str, attempt: int, doc: dict[str, Any],
         _, winner = sink.ledger.create_or_get(epoch, attempt, DECISION, doc)
         rec.kinds.add(DECISION)
         rec.docs[DECISION] = winner
-    decision = sink.for_group.decision(epoch, attempt, rec)
+    decision = MemberSink(sink).decision(epoch, attempt, rec)
     if not isinstance(decision, CommitDecision) \
             or decision.manifest_digest != doc["manifest_digest"]:
         raise LedgerError(

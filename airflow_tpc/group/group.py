@@ -55,6 +55,7 @@ from ..core.manifest import Manifest
 from ..core.placement import group_claim_path
 from ..core.records import BEGIN, DECISION, AbortDecision
 from ..core.sink import Sink
+from ..core.sink_member import MemberSink
 from ..core.transaction import Transaction
 from ..errors import (
     CommitConflict,
@@ -114,7 +115,7 @@ class Group(GroupFinish, GroupMaintenance):
         self.storage = storage
         self.uri = storage.uri(root).rstrip("/")
         # One folder under two spellings (a link) would be two members sharing a ledger.
-        check_same_folders({n: (s.storage, s.for_group.root, s.target)
+        check_same_folders({n: (s.storage, MemberSink(s).root, s.target)
                             for n, s in self.sinks.items()})
         targets = [s.target.rstrip("/") for s in self.sinks.values()]
         if len(set(targets)) != len(targets):
@@ -124,7 +125,7 @@ class Group(GroupFinish, GroupMaintenance):
             target = sink.target.rstrip("/")
             pairs = [(self.uri, target)]
             if sink.storage.scheme == storage.scheme:  # as the store sees them (links)
-                pairs.append((real_group, real_path(sink.storage, sink.for_group.root)))
+                pairs.append((real_group, real_path(sink.storage, MemberSink(sink).root)))
             if any(a == b or a.startswith(b + "/") or b.startswith(a + "/") for a, b in pairs):
                 raise TpcError(f"the group's folder {self.uri} and the target {target} lie "
                                "inside one another; give the group a folder of its own")
@@ -176,7 +177,7 @@ class Group(GroupFinish, GroupMaintenance):
         self._claim(create=True)
         owner = {"host": socket.gethostname(), "pid": os.getpid(), **(owner or {})}
         attempt = max([max(self.ledger.scan(epoch).get(epoch, {}), default=0)]
-                      + [s.for_group.prepare_begin(epoch) for s in self.sinks.values()]) + 1
+                      + [MemberSink(s).prepare_begin(epoch) for s in self.sinks.values()]) + 1
         for _ in range(1000):
             gtxn = self._try_begin(epoch, attempt, owner)
             if gtxn is not None:
@@ -201,7 +202,7 @@ class Group(GroupFinish, GroupMaintenance):
         members: dict[str, Transaction] = {}
         for name, sink in self.sinks.items():
             crashpoint("group.begin.before_member")
-            txn = sink.for_group.begin_member(epoch, attempt, owner,
+            txn = MemberSink(sink).begin_member(epoch, attempt, owner,
                                               {"uri": self.uri, "member": name})
             if txn is None:
                 # The number is taken on that target (a writer outside this group):
@@ -246,7 +247,7 @@ class Group(GroupFinish, GroupMaintenance):
                                f"{self.uri} (stale or forged transaction)")
         for name, sink in self.sinks.items():
             txn = gtxn.member(name)
-            own = sink.for_group.check(txn)
+            own = MemberSink(sink).check(txn)
             if own.group is None or own.group.get("uri", "").rstrip("/") != self.uri \
                     or own.group.get("member") != name:
                 raise InvalidState(f"{txn.txn_id} on {sink.target} is not member {name!r} of "
@@ -299,7 +300,7 @@ class Group(GroupFinish, GroupMaintenance):
             published = self._switch(epoch, attempt, decision, rec, known)
         finally:
             for sink in self.sinks.values():
-                sink.for_group.release()
+                MemberSink(sink).release()
         rolled = self._roll_forward_pending(skip=epoch)
         if outcome == "committed":
             log.info("committed group %s: %s", gtxn.txn_id, ", ".join(
@@ -324,12 +325,12 @@ class Group(GroupFinish, GroupMaintenance):
             member_attempts = sink.ledger.scan(txn.epoch).get(txn.epoch, {})
             mine = member_attempts.get(txn.attempt)
             if mine is not None and DECISION in mine.kinds and isinstance(
-                    sink.for_group.decision(txn.epoch, txn.attempt, mine), AbortDecision):
+                    MemberSink(sink).decision(txn.epoch, txn.attempt, mine), AbortDecision):
                 raise InvalidState(  # hand-written, or by an older build: never overruled
                     f"cannot commit group {gtxn.txn_id}: member {name!r} ({sink.target}) "
                     "already holds an abort decision of its own for this attempt; nothing "
                     "was decided. Abort the group and run the epoch again.")
-            manifest, mdecision = sink.for_group.validate_commit(
+            manifest, mdecision = MemberSink(sink).validate_commit(
                 txn, member_attempts, expected.get(name), force)
             docs[name] = {**mdecision.to_doc(manifest),
                           "group": {"uri": self.uri, "member": name}}

@@ -67,7 +67,8 @@ if TYPE_CHECKING:
     from airflow_tpc.core.transaction import CommitResult, TxnInfo
 
 __all__ = [
-    "AWS_CONN_TYPE", "LEDGER_ROOT_KEY", "PUBLIC_STORAGE_KEYS", "SINK_ARG_NAMES", "TXN_XCOM_KEY",
+    "AWS_CONN_TYPE", "GROUP_XCOM_KEY", "LEDGER_ROOT_KEY", "PUBLIC_STORAGE_KEYS",
+    "SINK_ARG_NAMES", "TXN_XCOM_KEY",
     "AwsConnectionError", "AwsCredentials", "CommitOutcome", "IcebergCatalogHook",
     "PrecommitCheck", "PrecommitStatus", "SinkArgs", "TpcBaseHook", "TpcHook",
     "catalog_properties_from_connection", "check_public", "is_table_target",
@@ -77,6 +78,8 @@ __all__ = [
 
 #: XCom key under which the submit operator publishes the transaction it began.
 TXN_XCOM_KEY = "tpc_txn"
+#: XCom key under which the group submit operator publishes the group transaction it began.
+GROUP_XCOM_KEY = "tpc_group_txn"
 
 #: Names of the sink arguments, in the order operators, sensor and trigger declare them.
 SINK_ARG_NAMES = ("target", "namespace", "storage_conn_id", "storage_options", "sink_config",

@@ -27,10 +27,9 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Asset, BaseOperator
 
 from airflow_tpc import InvalidState, Transaction
-from airflow_tpc.airflow.hooks.tpc import TpcHook
+from airflow_tpc.airflow.hooks.tpc import GROUP_XCOM_KEY, TpcHook
 from airflow_tpc.airflow.operators.group_base import (
     GROUP_TEMPLATE_FIELDS,
-    GROUP_XCOM_KEY,
     MEMBER_KEYS,
     GroupArgs,
     GroupTaskMixin,

@@ -21,8 +21,6 @@ from airflow_tpc.airflow.operators.tpc import target_asset
 from airflow_tpc.group import Group, GroupTransaction
 from airflow_tpc.storage import storage_class
 
-#: XCom key of the group transaction the submit task began.
-GROUP_XCOM_KEY = "tpc_group_txn"
 #: Sink arguments a member may set for itself (the rest are the group's).
 MEMBER_KEYS = ("target", "ledger_uri", "replace_where", "write_mode", "add_columns",
                "catalog_conn_id")

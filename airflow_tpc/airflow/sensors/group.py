@@ -13,11 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
-from airflow_tpc.airflow.operators.group_base import (
-    GROUP_TEMPLATE_FIELDS,
-    GROUP_XCOM_KEY,
-    GroupTaskMixin,
-)
+from airflow_tpc.airflow.hooks.tpc import GROUP_XCOM_KEY
+from airflow_tpc.airflow.operators.group_base import GROUP_TEMPLATE_FIELDS, GroupTaskMixin
 from airflow_tpc.airflow.sensors.tpc import PrecommitFailed
 from airflow_tpc.airflow.triggers.group import (  # noqa: F401 (the 0.1 path group_sensor)
     GroupCheck,

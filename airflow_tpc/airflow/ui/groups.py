@@ -22,13 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_tpc import InvalidState, TpcError
+from airflow_tpc.airflow.hooks.tpc import GROUP_XCOM_KEY  # the hook's: no Spark provider loaded
 from airflow_tpc.airflow.ui import render as ui
 from airflow_tpc.airflow.ui import runs
 from airflow_tpc.tables import history
-
-#: The group XCom's key (``airflow_tpc.airflow.operators.group.GROUP_XCOM_KEY``; not imported from
-#: there: that module loads the operators and the Spark provider, the API server need not).
-GROUP_XCOM_KEY = "tpc_group_txn"
 
 
 class NoGroupArgs(TpcError):

@@ -97,8 +97,7 @@ def recent_docs(dag_ids: set[str], limit: int = 200) -> list[dict[str, Any]]:
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
-    from airflow_tpc.airflow.hooks.tpc import TXN_XCOM_KEY
-    from airflow_tpc.airflow.ui.groups import GROUP_XCOM_KEY
+    from airflow_tpc.airflow.hooks.tpc import GROUP_XCOM_KEY, TXN_XCOM_KEY
 
     if not dag_ids:
         return []
