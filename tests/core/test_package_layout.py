@@ -132,3 +132,63 @@ def test_imports_run_down_the_floors_only():
             if there not in FLOORS or FLOORS[there] >= FLOORS[here]:
                 wrong.append(f"{path.relative_to(ROOT)} imports airflow_tpc.{there}")
     assert not wrong, "\n".join(wrong)
+
+
+def _module_of(dotted: list[str]) -> str | None:
+    """The airflow_tpc module a dotted path names (``x.y.name``: module ``x.y``)."""
+    for end in range(len(dotted), 0, -1):
+        path = PACKAGE.parent.joinpath(*dotted[:end])
+        if path.with_suffix(".py").exists():
+            return ".".join(dotted[:end])
+        if (path / "__init__.py").exists():
+            return ".".join(dotted[:end]) + ".__init__"
+    return None
+
+
+def _module_imports(path: Path) -> set[str]:
+    """Every airflow_tpc module ``path`` imports, wherever the import stands (a function's
+    body, ``if TYPE_CHECKING``): a circle of imports is a circle however it is spelled."""
+    here = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = here[:len(here) - node.level] if node.level else []
+            names = [*base, *(node.module or "").split(".")]
+            names = [n for n in names if n]
+            if not names or names[0] != "airflow_tpc":
+                continue
+            for alias in node.names:  # `from . import x` imports module x
+                found.add(_module_of([*names, alias.name]) or _module_of(names))
+        elif isinstance(node, ast.Import):
+            found.update(_module_of(a.name.split(".")) for a in node.names
+                         if a.name.startswith("airflow_tpc"))
+    me = ".".join(here)
+    return {m for m in found if m and m != me}
+
+
+def test_no_modules_import_each_other_in_a_circle():
+    """``farm-studio look`` draws no circle: each module stands above all it imports, so a
+    reader can take the modules one at a time, bottom up (docs/ARCHITECTURE.md).  A
+    package's ``__init__`` that only hands names on is left out: it imports its own
+    modules by design and they name it only through those names."""
+    graph = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if name.endswith("__init__"):
+            continue
+        graph[name] = {m for m in _module_imports(path) if not m.endswith("__init__")}
+    circles, state = [], {}
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                circles.append(" -> ".join(trail[trail.index(nxt):] + [node, nxt]))
+            elif nxt not in state:
+                visit(nxt, [*trail, node])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [])
+    assert not circles, "\n".join(circles)
