@@ -56,7 +56,9 @@ def get_provider_info() -> dict[str, Any]:
                 "relabeling": {"host": "Catalog URI", "schema": "Warehouse",
                                "login": "Client id (REST) / access key id (Glue)",
                                "password": "Client secret or token (REST) / secret key (Glue)",
-                               "extra": "pyiceberg catalog properties (JSON)"},
+                               "extra": "pyiceberg catalog properties (JSON); Glue: "
+                                        "\"tpc.aws-conn-id\" names an aws connection for "
+                                        "its keys, role and region"},
                 "placeholders": {
                     "host": "https://catalog.example.com/api/catalog or sqlite:////data/cat.db",
                     "schema": "s3://lake/warehouse or file:///data/warehouse",

@@ -194,3 +194,15 @@ def test_a_bad_aws_connection_for_glue_is_one_clear_error_and_changes_nothing(
         assert _everything(s3_options, s3_bucket) == before
     finally:
         drop_glue_databases(s3_options)
+
+
+def test_the_catalog_connection_form_names_the_aws_connection_key():
+    """The connection form Airflow's UI draws for ``iceberg_catalog`` (from the provider
+    info, through Airflow's real providers manager) tells an operator filling it in for
+    Glue that ``tpc.aws-conn-id`` in extra borrows an ``aws`` connection."""
+    from airflow.providers_manager import ProvidersManager
+
+    from airflow_tpc.airflow.hooks.glue_credentials import AWS_CONN_KEY
+
+    form = ProvidersManager().field_behaviours["iceberg_catalog"]
+    assert f'"{AWS_CONN_KEY}" names an aws connection' in form["relabeling"]["extra"]
