@@ -48,6 +48,7 @@ from .common import (  # noqa: F401 - the commands' shared pieces, also this mod
     _positive,
     _storage_options,
     add_catalog_options,
+    add_command_options,
     add_s3_options,
     attempt_list,
     catalog_properties,
@@ -314,7 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "or a table: iceberg://<catalog>/<namespace>.<table>")
         p.add_argument("--namespace", help="sink namespace (default: the one that claimed the "
                                            "target)")
-        p.add_argument("--json", action="store_true", help="print JSON on stdout")
+        add_command_options(p, name, group=False, dry_run=("abort", "recover", "gc"),
+                            attempt_help="the attempt to abort (default: the epoch's latest)")
         add_s3_options(p)
         cat = add_catalog_options(
             p, "table targets",
@@ -325,27 +327,11 @@ def build_parser() -> argparse.ArgumentParser:
         cat.add_argument("--ledger-uri", metavar="URI",
                          help="the table's ledger, kept apart from the table (as the "
                               "pipeline's ledger_uri): managed table storage, REST catalogs")
-        if name in ("abort", "recover", "gc"):
-            p.add_argument("--allow-foreign-namespace", action="store_true",
-                           help="act on a target claimed by another namespace than --namespace")
-            p.add_argument("--dry-run", action="store_true",
-                           help="print what would change and change nothing")
         if name in ("recover", "gc"):
             p.add_argument("-q", "--quiet", action="store_true",
                            help="no progress lines (epoch reached) on stderr")
         if name == "list":
             p.add_argument("--epoch", help="only this epoch's transactions")
-        if name == "abort":
-            p.add_argument("--epoch", required=True, help="the epoch whose attempt to abort")
-            p.add_argument("--attempt", type=_attempt,
-                           help="the attempt to abort (default: the epoch's latest)")
-            p.add_argument("--reason", default="aborted from the command line",
-                           help="recorded in the abort decision (default: %(default)r)")
-        if name == "recover":
-            p.add_argument("--abort-undecided", action="store_true",
-                           help="abort every undecided attempt (no writer is alive)")
-            p.add_argument("--ignore-failures-after-timeout", action="store_true",
-                           help="give up (loudly) commits that keep failing past the timeout")
     from .group import add_group_parser  # `airflow-tpc group ...`: a group, not a TARGET
 
     add_group_parser(parser, sub)

@@ -180,6 +180,43 @@ def add_s3_options(p: argparse.ArgumentParser) -> None:
                          f"{MAX_ATTEMPTS})")
 
 
+#: The words the shared options use for a single target and for a group.
+_OPTION_WORDS = {
+    False: {"foreign": "a target claimed by another namespace than --namespace",
+            "undecided": "undecided attempt", "failing": "commits"},
+    True: {"foreign": "members claimed by another namespace than the group's",
+           "undecided": "undecided group attempt", "failing": "member commits"},
+}
+
+
+def add_command_options(p: argparse.ArgumentParser, command: str, *, group: bool,
+                        dry_run: tuple[str, ...], attempt_help: str) -> None:
+    """The options a single-target command and its ``group`` counterpart share, spelled
+    once: ``--json`` everywhere; ``--allow-foreign-namespace`` where something changes;
+    ``--dry-run`` on the commands in ``dry_run``; recover's repair switches; abort's
+    epoch, attempt and reason (a single target's attempt defaults to the latest, a
+    group's must be named: its attempts are numbered apart from any member's)."""
+    words = _OPTION_WORDS[group]
+    p.add_argument("--json", action="store_true", help="print JSON on stdout")
+    if command in ("abort", "recover", "gc"):
+        p.add_argument("--allow-foreign-namespace", action="store_true",
+                       help=f"act on {words['foreign']}")
+    if command in dry_run:
+        p.add_argument("--dry-run", action="store_true",
+                       help="print what would change and change nothing")
+    if command == "recover":
+        p.add_argument("--abort-undecided", action="store_true",
+                       help=f"abort every {words['undecided']} (no writer is alive)")
+        p.add_argument("--ignore-failures-after-timeout", action="store_true",
+                       help=f"give up (loudly) {words['failing']} that keep failing past "
+                            "the timeout")
+    if command == "abort":
+        p.add_argument("--epoch", required=True, help="the epoch of the attempt to abort")
+        p.add_argument("--attempt", type=_attempt, required=group, help=attempt_help)
+        p.add_argument("--reason", default="aborted from the command line",
+                       help="recorded in the abort decision (default: %(default)r)")
+
+
 def attempt_list(title: str, items: list[tuple[Any, ...]],
                  detail: Any = None) -> str:
     """A report's list of attempts as text: ``title: none``, or ``title (n):`` and one

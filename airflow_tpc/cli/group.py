@@ -34,10 +34,10 @@ from ..group.claim import (
 from ..group.group import Group, GroupAbort, GroupCommit
 from ..storage import open_storage
 from .common import (
-    _attempt,
     _is_table,
     _storage_options,
     add_catalog_options,
+    add_command_options,
     add_s3_options,
     attempt_list,
     catalog_properties,
@@ -247,26 +247,10 @@ def add_group_parser(parser: argparse.ArgumentParser, sub: Any) -> None:
                             "member, every member of the group")
         p.add_argument("--namespace", help="the group's namespace (default: the one that "
                                            "created the group)")
-        p.add_argument("--json", action="store_true", help="print JSON on stdout")
+        add_command_options(p, name, group=True, dry_run=("recover",),
+                            attempt_help="the group attempt to abort")
         _store_options(p)
         if name == "status":
             p.add_argument("--epoch", help="only this epoch's group attempts")
-        if name in ("recover", "abort"):
-            p.add_argument("--allow-foreign-namespace", action="store_true",
-                           help="act on members claimed by another namespace than the group's")
-        if name == "recover":
-            p.add_argument("--abort-undecided", action="store_true",
-                           help="abort every undecided group attempt (no writer is alive)")
-            p.add_argument("--dry-run", action="store_true",
-                           help="print what would change and change nothing")
-            p.add_argument("--ignore-failures-after-timeout", action="store_true",
-                           help="give up (loudly) member commits that keep failing past the "
-                                "timeout")
-        if name == "abort":
-            p.add_argument("--epoch", required=True, help="the epoch of the group attempt")
-            p.add_argument("--attempt", type=_attempt, required=True,
-                           help="the group attempt to abort")
-            p.add_argument("--reason", default="aborted from the command line",
-                           help="recorded in the abort decision (default: %(default)r)")
     parser.epilog = f"{parser.epilog or ''} A group of targets (one epoch, many targets): " \
                     "'airflow-tpc group --help'.".strip()
