@@ -29,7 +29,8 @@ __all__ = ["DeltaSink", "DeltaTarget", "IcebergSink", "IcebergTarget", "TableSch
            "TableSink", "open_sink", "open_table_sink"]
 
 #: Target URI schemes that name a table rather than a folder.
-TABLE_SCHEMES = ("iceberg://", "delta+file://", "delta+s3://", "delta+az://")
+TABLE_SCHEMES = ("iceberg://", "delta+file://", "delta+s3://", "delta+az://", "delta+abfs://",
+                 "delta+abfss://")
 
 _HOMES = {"IcebergSink": "iceberg", "IcebergTarget": "iceberg", "DeltaSink": "delta",
           "DeltaTarget": "delta", "TableSchemaError": "base", "TableSink": "base"}
@@ -59,14 +60,13 @@ def open_table_sink(target: str, namespace: str, *,
         from .iceberg import IcebergSink
 
         sink = IcebergSink
-    elif isinstance(target, str) and target.startswith(("delta+file://", "delta+s3://",
-                                                         "delta+az://")):
+    elif isinstance(target, str) and target.startswith(TABLE_SCHEMES[1:]):
         from .delta import DeltaSink
 
         sink = DeltaSink
     else:
         raise TpcError(f"{target!r} is not a table target (supported: iceberg://, "
-                       "delta+file://, delta+s3://, delta+az://)")
+                       "delta+file://, delta+s3://, delta+az://, delta+abfs[s]://)")
     return sink(target, namespace, catalog_properties=catalog_properties,
                 storage_options=storage_options, config=config, ledger_uri=ledger_uri,
                 replace_where=replace_where, mode=mode, add_columns=add_columns)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from ..errors import StorageError
+from ..storage.azure_options import AZURE_SCHEMES
 from .staged import norm_uri
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -90,14 +91,17 @@ def arrow_filesystem(location: str, opts: dict[str, Any]) -> tuple[pafs.FileSyst
 
     if urlparse(location).scheme == "file":
         return pafs.LocalFileSystem(), norm_uri(location)
-    if urlparse(location).scheme == "az":
-        # adlfs behind pyarrow's fsspec handler: the same options the job's writer uses
+    if urlparse(location).scheme in AZURE_SCHEMES:
+        # adlfs behind pyarrow's fsspec handler: the same options the job's writer uses;
+        # an abfs[s] URI names its account, which the options may then leave out
         import adlfs
 
-        from ..storage.azure_options import adlfs_options
+        from ..storage.azure_options import adlfs_options, parse_azure_uri
 
-        fs = adlfs.AzureBlobFileSystem(**adlfs_options(opts))
-        return pafs.PyFileSystem(pafs.FSSpecHandler(fs)), location.split("://", 1)[1]
+        path, account, _ = parse_azure_uri(location, opts)
+        with_account = {**opts, "account_name": opts.get("account_name") or account}
+        fs = adlfs.AzureBlobFileSystem(**adlfs_options(with_account))
+        return pafs.PyFileSystem(pafs.FSSpecHandler(fs)), path
     client = dict(opts.get("client_kwargs") or {})
     endpoint = opts.get("endpoint_url") or client.get("endpoint_url")
     kwargs: dict[str, Any] = {}

@@ -20,6 +20,7 @@ from urllib.parse import quote, unquote, urlparse
 
 from ..errors import StorageError, TpcError
 from ..storage import open_storage
+from ..storage.azure_options import AZURE_SCHEMES
 from .delta_files import creatable_problems, new_table_schema, schema_problems, without_epoch
 from .delta_scope import DeltaScope
 from .delta_store import (
@@ -52,7 +53,12 @@ log = logging.getLogger("airflow_tpc")
 T = TypeVar("T", bound="DeltaLakeTable")
 
 LOG_DIR = "_delta_log"
-SCHEMES = {"delta+file": "file", "delta+s3": "s3", "delta+az": "az"}
+SCHEMES = {"delta+file": "file", "delta+s3": "s3", "delta+az": "az", "delta+abfs": "abfs",
+           "delta+abfss": "abfss"}
+#: What a bad Delta target is told to write instead.
+DELTA_SPELLINGS = ("delta+file:///<path>, delta+s3://<bucket>/<prefix>, "
+                   "delta+az://<container>/<path> or delta+abfss://<container>@<account>."
+                   "dfs.core.windows.net/<path>")
 
 
 def app_id(namespace: str, epoch: str) -> str:
@@ -88,9 +94,8 @@ class DeltaLakeTable(TableTarget):
                  delta_options: dict[str, str] | None = None) -> None:
         self._location = location.rstrip("/")
         scheme = urlparse(self._location).scheme
-        if scheme not in ("file", "s3", "az"):
-            raise TpcError(f"invalid Delta table location {location!r}: use "
-                           "delta+file:///<path> or delta+s3://<bucket>/<prefix>")
+        if scheme not in SCHEMES.values():
+            raise TpcError(f"invalid Delta table location {location!r}: use {DELTA_SPELLINGS}")
         # A store for the log and footers, opened the way the sink opens its own.
         self.storage, self._root = open_storage(self._location, storage_options)
         self._storage_options = dict(storage_options or {})
@@ -98,20 +103,20 @@ class DeltaLakeTable(TableTarget):
         #: partitioning), sealed with their statistics.
         self._partitions: dict[str, dict[str, str | None]] = {}
         translated = delta_storage_options(storage_options) if scheme == "s3" else \
-            delta_azure_options(self.storage) if scheme == "az" else {}
+            delta_azure_options(self.storage) if scheme in AZURE_SCHEMES else {}
         self._delta_options = {**translated, **(delta_options or {})}
 
     @classmethod
     def parse(cls: type[T], uri: str, storage_options: dict[str, Any] | None = None,
               delta_options: dict[str, str] | None = None) -> T:
-        """``delta+file:///abs/path`` or ``delta+s3://bucket/prefix``."""
+        """``delta+file:///abs/path``, ``delta+s3://bucket/prefix``, ``delta+az://container/
+        path`` or ``delta+abfs[s]://container@account.dfs.core.windows.net/path``."""
         parsed = urlparse(uri) if isinstance(uri, str) else None
         if parsed is None or parsed.scheme not in SCHEMES or parsed.query \
                 or parsed.fragment or parsed.params or not parsed.path.strip("/") \
                 or (parsed.scheme == "delta+file" and parsed.netloc not in ("", "localhost")) \
-                or (parsed.scheme in ("delta+s3", "delta+az") and not parsed.netloc):
-            raise TpcError(f"{uri!r} is not a Delta target: use delta+file:///<absolute path> "
-                           "or delta+s3://<bucket>/<prefix>")
+                or (parsed.scheme != "delta+file" and not parsed.netloc):
+            raise TpcError(f"{uri!r} is not a Delta target: use {DELTA_SPELLINGS}")
         inner = uri[len("delta+"):]
         if parsed.scheme == "delta+file":
             inner = f"file://{parsed.path}"
