@@ -16,7 +16,6 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_tpc import SinkConfig
 from airflow_tpc.airflow.hooks.tpc import SinkArgs, TpcHook
 
 
@@ -24,28 +23,19 @@ class PrecommitTrigger(BaseTrigger):
     """Poll storage until the attempt is pre-committed, fails, or ``deadline`` passes.
 
     :param txn: the transaction XCom of the submit task.
-    :param target, namespace, storage_conn_id, storage_options, sink_config,
-        catalog_conn_id, ledger_uri, replace_where, write_mode, add_columns: the sink
-        arguments (:class:`SinkArgs`; connections by name only).
     :param poll_interval: seconds between looks.
     :param deadline: epoch seconds after which a ``timeout`` event is sent.
+    :param sink_args: the sink arguments as :meth:`SinkArgs.serialize` gives them
+        (``target``, ``namespace``, ``storage_conn_id``, ...; connections by name only),
+        flat among the kwargs as every release stored them.  Only the sensor builds this
+        trigger, so they are taken as :class:`SinkArgs` declares them, not repeated here.
     """
 
-    def __init__(self, *, txn: dict[str, Any], target: str, namespace: str,
-                 storage_conn_id: str | None = None,
-                 storage_options: dict[str, Any] | None = None,
-                 sink_config: SinkConfig | dict[str, Any] | None = None,
-                 catalog_conn_id: str | None = None,
-                 ledger_uri: str | None = None,
-                 replace_where: Any = None,
-                 write_mode: str = "replace",
-                 add_columns: bool = False,
-                 poll_interval: float = 10.0, deadline: float | None = None) -> None:
+    def __init__(self, *, txn: dict[str, Any], poll_interval: float = 10.0,
+                 deadline: float | None = None, **sink_args: Any) -> None:
         super().__init__()
         self.txn = txn
-        self.sink_args = SinkArgs(target, namespace, storage_conn_id, storage_options,
-                                  sink_config, catalog_conn_id, ledger_uri, replace_where,
-                                  write_mode, add_columns, where=type(self).__name__)
+        self.sink_args = SinkArgs(**sink_args, where=type(self).__name__)
         self.poll_interval = poll_interval
         self.deadline = deadline
 
