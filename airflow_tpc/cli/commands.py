@@ -37,15 +37,9 @@ from ..core.units import human_bytes
 from ..errors import InvalidState, TpcError
 from ..storage.s3_endpoint import redact_endpoint_url
 from ..tables import history as table_history
-from .common import (  # noqa: F401 - the commands' shared pieces, also this module's API
-    CONNECT_TIMEOUT_S,
-    MAX_ATTEMPTS,
-    READ_TIMEOUT_S,
+from .common import (
     ShownProblem,
     _age,
-    _attempt,
-    _is_table,
-    _positive,
     _storage_options,
     add_catalog_options,
     add_command_options,
