@@ -1,0 +1,156 @@
+"""Issue 32 §3: survivors of the second sampled mutation run (seed 2, docs/mutation.md
+"A second sample"), each killed here with real local files and checked against its
+mutant with ``scripts/mutants_by_hand.py``.
+
+- ``sink_trust.record_validated__mutmut_29``: a failed write of ``validated.json``
+  reported as written.
+- ``SinkQueries.describe__mutmut_27``: ``describe`` blind to a committed attempt's
+  being superseded by a higher decided attempt whose roll-forward has not run yet.
+- ``SinkQueries._info__mutmut_71``: ``describe`` without a committed attempt's rows.
+- ``SinkMaintenance._commit_failed__mutmut_28``: recover crashing (``AttributeError``)
+  instead of reporting a commit it cannot finish when the attempt's begin record is lost.
+- ``Group._decide_commit__mutmut_43``: ``force=True`` not passed on to the members, so
+  the forced commit of an expired group was refused by its first member.
+- ``GroupFinish._roll_forward_pending__mutmut_11``: a group commit rolled forward only
+  its own epoch from the pending index, leaving an earlier decided, unfinished group
+  attempt unpublished (its members' readers without the epoch until a recover).
+- ``Group._decide_abort__mutmut_55``: the crash point after a group's abort decision
+  renamed, so no crash test could stop a process there.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from airflow_tpc import Sink, SinkConfig, TxnState
+from airflow_tpc.core.faults import InjectedCrash, armed
+from airflow_tpc.core.records import BEGIN, VALIDATED
+from airflow_tpc.core.sink_trust import record_validated
+from airflow_tpc.errors import TpcError, TransactionExpired
+from airflow_tpc.group import Group
+
+from .helpers import committed_contents, stage, write_staged
+from .test_groups import NEW, NS, _group, _member_state, _stage
+
+FILES = {"a.parquet": b"rows of a", "b.parquet": b"rows of b"}
+
+
+def test_a_validation_record_that_cannot_be_written_is_reported_as_not_written(tmp_path,
+                                                                               caplog):
+    """``record_validated`` is best effort: when the record cannot be written (here a
+    damaged one stands in its place) it says so — False and a WARNING naming the
+    transaction — and the commit then decodes the manifest in full, as it must."""
+    sink = Sink(str(tmp_path / "t"), "trust")
+    txn, manifest = stage(sink, "1", FILES)
+    path = sink.layout.record("1", txn.attempt, VALIDATED)
+    sink.storage.put(path, b"{ not json")
+    with caplog.at_level(logging.WARNING, logger="airflow_tpc"):
+        assert record_validated(sink.ledger, manifest, "sensor") is False
+    assert f"could not record that {txn.txn_id}'s manifest" in caplog.text
+    assert sink.storage.read_bytes(path) == b"{ not json"
+
+
+def test_describe_says_a_committed_attempt_is_superseded_as_soon_as_a_higher_one_decides(
+        tmp_path):
+    """Between a re-run's decision and its roll-forward (a committer that died after
+    deciding), the first attempt is no longer what the epoch will hold: ``describe``
+    says so from the decisions alone, before any ``superseded.json`` is written."""
+    sink = Sink(str(tmp_path / "t"), "runs")
+    first, m1 = stage(sink, "1", {"a.parquet": b"first"})
+    sink.commit(first, expected_digest=m1.digest)
+    second, m2 = stage(sink, "1", {"a.parquet": b"second"})
+    with armed("commit.after_decision"), pytest.raises(InjectedCrash):
+        sink.commit(second, expected_digest=m2.digest)
+    infos = {i.attempt: i for i in sink.describe("1")}
+    assert infos[first.attempt].state is TxnState.COMMITTED
+    assert infos[first.attempt].superseded is True
+    assert infos[second.attempt].superseded is False
+    assert committed_contents(sink) == {"1": [b"first"]}  # not rolled forward yet
+
+
+def test_describe_gives_a_committed_attempts_files_bytes_and_rows(tmp_path):
+    sink = Sink(str(tmp_path / "t"), "runs")
+    txn = sink.begin("1")
+    write_staged(sink, txn, FILES)
+    manifest = sink.precommit(txn, rows={"a.parquet": 3, "b.parquet": 4})
+    sink.commit(txn, expected_digest=manifest.digest)
+    [info] = sink.describe("1")
+    assert (info.files, info.bytes, info.rows) == (2, sum(map(len, FILES.values())), 7)
+
+
+def test_recover_reports_a_commit_it_cannot_finish_whose_begin_record_is_lost(tmp_path):
+    """A decided attempt whose promotion fails (a file added to its staging after the
+    decision) and whose ``begin.json`` is gone (a damaged ledger): recover reports the
+    error for that epoch and publishes nothing, with the configured timeout standing in
+    for the lost record's."""
+    sink = Sink(str(tmp_path / "t"), "runs")
+    txn, manifest = stage(sink, "1", FILES)
+    with armed("commit.after_decision"), pytest.raises(InjectedCrash):
+        sink.commit(txn, expected_digest=manifest.digest)
+    write_staged(sink, txn, {"straggler.parquet": b"late"})
+    begin = sink.layout.record("1", txn.attempt, BEGIN)
+    sink.storage.delete_files([begin])
+    with pytest.raises(TpcError, match="could not finish 1 decided commit") as err:
+        Sink(str(tmp_path / "t"), "runs").recover(ignore_failures_after_timeout=True)
+    report = err.value.report  # type: ignore[attr-defined]
+    assert [(e, a) for e, a, _ in report.errors] == [("1", txn.attempt)]
+    assert "straggler.parquet" in report.errors[0][2]
+    assert report.abandoned == []
+    assert committed_contents(sink) == {}
+
+
+def test_a_forced_commit_of_an_expired_group_reaches_every_member(tmp_path):
+    """``force=True`` is the operator's word for the whole group: each member's own
+    check of its attempt (expired too: the members' timeouts are their own sinks') must
+    take it as well, or the group could never be committed past its timeout."""
+    base = str(tmp_path)
+    sinks = {n: Sink(f"{base}/{n}", NS, config=SinkConfig(timeout_s=0.001))
+             for n in ("events", "daily")}
+    group = Group(sinks, f"{base}/_tpc_groups/etl", timeout_s=0.001)
+    gtxn = _stage(group, "5", NEW)
+    assert gtxn.expired() and all(gtxn.member(n).expired() for n in sinks)
+    with pytest.raises(TransactionExpired, match="commit with force=True"):
+        group.commit(gtxn)
+    result = group.commit(gtxn, force=True)
+    assert result.outcome == "committed"
+    for name, sink in group.sinks.items():
+        assert _member_state(group, name, "5", gtxn.attempt) is TxnState.COMMITTED
+        assert committed_contents(sink) == {"5": sorted(NEW[name].values())}
+
+
+def test_a_group_commit_rolls_forward_an_earlier_decided_epoch_the_index_names(tmp_path):
+    """The pending index exists once a group has committed; a later commit finishes
+    every other decided, unfinished group attempt it names (a committer that died after
+    its decision), not only its own epoch."""
+    store = (str(tmp_path / "target"), None)
+    group = _group(store)
+    first = _stage(group, "1", NEW)
+    group.commit(first)
+    assert group.ledger.pending() is not None  # the index, not a full listing
+    second = _stage(group, "2", NEW)
+    with armed("group.after_decision"), pytest.raises(InjectedCrash):
+        _group(store).commit(second)
+    third = _stage(_group(store), "3", NEW)
+    result = _group(store).commit(third)
+    assert ("2", second.attempt) in result.rolled_forward
+    for name, sink in group.sinks.items():
+        assert set(committed_contents(sink)) == {"1", "2", "3"}, name
+
+
+def test_a_group_abort_can_be_stopped_right_after_its_decision_and_recovered(tmp_path):
+    """``group.abort.after_decision`` is where a crash test stops a group abort (the
+    process-kill tests arm it by name): the decision stands, the members are aborted
+    by the next recover."""
+    store = (str(tmp_path / "target"), None)
+    group = _group(store)
+    gtxn = _stage(group, "5", NEW)
+    with armed("group.abort.after_decision"), pytest.raises(InjectedCrash):
+        group.abort(gtxn, "operator")
+    for name in group.sinks:
+        assert _member_state(group, name, "5", gtxn.attempt) is TxnState.PRECOMMITTED
+    _group(store).recover()
+    for name, sink in group.sinks.items():
+        assert _member_state(group, name, "5", gtxn.attempt) is TxnState.ABORTED
+        assert not sink.storage.list(sink.layout.staging("5", gtxn.attempt))
