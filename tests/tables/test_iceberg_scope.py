@@ -222,6 +222,24 @@ def test_a_column_mapping_is_an_equality_predicate():
         Scope.from_doc({"kind": "merge"})
 
 
+def test_an_append_may_add_columns_too_and_its_decision_says_so(foreign, scoped):
+    """``add_columns`` holds for ``mode="append"`` as for a replacing scope: the commit
+    adds the staged files' new column, and the decision record keeps both (a recover
+    that rolls the decision forward reads the scope back from it)."""
+    foreign("days", events(19, [1]))
+    wider = events(20, [5, 6]).append_column("country", pa.array(["fr", "de"]))
+    result, txn = commit(scoped(mode="append", add_columns=True), "2026-11-20",
+                         {"a.parquet": wider})
+    table = scoped().table_target.load_table()
+    assert table.schema().column_names[-1] == "country"
+    assert sorted(r["country"] or "" for r in table.scan().to_arrow().to_pylist()) == [
+        "", "de", "fr"]
+    decision = scoped().ledger.read("2026-11-20", txn.attempt, DECISION)
+    assert decision.scope == {"kind": "append", "add_columns": True}
+    assert Scope.from_doc(decision.scope) == Scope.of(mode="append", add_columns=True)
+    assert Scope.from_doc(decision.scope).add_columns is True
+
+
 def test_new_columns_are_refused_unless_add_columns_then_added_in_the_commit(foreign,
                                                                              scoped):
     foreign("days", events(19, [1]))

@@ -164,3 +164,30 @@ def test_a_delta_partition_column_of_another_type_is_refused_by_name(tmp_path):
     assert ("partition column 'x' is double: airflow-tpc adds files to Delta partitions "
             "of strings, integers, booleans and dates only") in str(err.value)
     assert full_tree(sink) == before and DeltaTable(path).version() == version
+
+
+def test_a_staged_file_written_without_statistics_is_refused_with_the_proofs_message(
+        tmp_path):
+    """A writer may keep no column statistics at all (``write_statistics=False``): every
+    row group's statistics are then missing, the bounds unknown, and the staged file is
+    refused by the proof with nothing changed — not a library error (a mutant that read
+    the null count of missing statistics raised ``AttributeError`` there)."""
+    import pyarrow.parquet as pq
+
+    path = str(tmp_path / "events")
+    write_deltalake(path, pa.table({"id": pa.array([1], pa.int64())}), mode="append")
+    version = DeltaTable(path).version()
+    sink = DeltaSink(f"delta+file://{path}", "events", replace_where="id = 2")
+    txn = sink.begin("e1")
+    staged = sink.storage.join(sink.layout.staging(txn.epoch, txn.attempt), "staged.parquet")
+    sink.storage.put(staged, b"")  # the folders, as the store makes them
+    pq.write_table(pa.table({"id": pa.array([2, 2], pa.int64())}), staged,
+                   write_statistics=False)
+    assert pq.ParquetFile(staged).metadata.row_group(0).column(0).statistics is None
+    before = full_tree(sink)
+    with pytest.raises(TableSchemaError) as err:
+        sink.precommit(txn)
+    assert "staged.parquet lies in partition {}, or its statistics of id, outside " \
+        "replace_where 'id = 2'" in str(err.value)
+    assert "keeps no bounds to prove otherwise" in str(err.value)
+    assert full_tree(sink) == before and DeltaTable(path).version() == version
