@@ -154,3 +154,25 @@ def test_a_group_abort_can_be_stopped_right_after_its_decision_and_recovered(tmp
     for name, sink in group.sinks.items():
         assert _member_state(group, name, "5", gtxn.attempt) is TxnState.ABORTED
         assert not sink.storage.list(sink.layout.staging("5", gtxn.attempt))
+
+
+def test_a_rerun_in_manifest_mode_removes_the_copies_an_earlier_attempt_published(
+        s3_options, s3_bucket):
+    """On an object store, epoch 1 published by copy (attempt-tagged keys in the epoch
+    folder), then re-run with ``promotion="manifest"``: the re-run's files are read
+    where they were staged, and its clean-up removes the displaced attempt's copies —
+    readers list the marker's files only, but the copies would be left behind forever
+    (``ManifestOnly.clean__mutmut_6``: the clean-up compared their tags with None)."""
+    target = f"s3://{s3_bucket}/t"
+    copying = Sink(target, "modes", storage_options=s3_options)
+    first, m1 = stage(copying, "1", {"p.parquet": b"old", "day=1/q.parquet": b"old q"})
+    copying.commit(first, expected_digest=m1.digest)
+    folder = copying.layout.published_dir("1").rstrip("/") + "/"
+    assert sorted(o.path[len(folder):] for o in copying.storage.list(folder)) == [
+        "_tpc_published.json", "a000001-p.parquet", "day=1/a000001-q.parquet"]
+    manifest_mode = Sink(target, "modes", storage_options=s3_options,
+                         config=SinkConfig(promotion="manifest"))
+    second, m2 = stage(manifest_mode, "1", {"p.parquet": b"new"})
+    assert manifest_mode.commit(second, expected_digest=m2.digest).outcome == "committed"
+    assert committed_contents(manifest_mode) == {"1": [b"new"]}
+    assert [o.path[len(folder):] for o in copying.storage.list(folder)] == ["_tpc_published.json"]
