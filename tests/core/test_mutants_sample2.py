@@ -20,7 +20,9 @@ mutant with ``scripts/mutants_by_hand.py``.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 
 import pytest
 
@@ -28,7 +30,7 @@ from airflow_tpc import Sink, SinkConfig, TxnState
 from airflow_tpc.core.faults import InjectedCrash, armed
 from airflow_tpc.core.records import BEGIN, VALIDATED
 from airflow_tpc.core.sink_trust import record_validated
-from airflow_tpc.errors import TpcError, TransactionExpired
+from airflow_tpc.errors import LedgerError, PlacementError, TpcError, TransactionExpired
 from airflow_tpc.group import Group
 
 from .helpers import committed_contents, stage, write_staged
@@ -176,3 +178,64 @@ def test_a_rerun_in_manifest_mode_removes_the_copies_an_earlier_attempt_publishe
     assert manifest_mode.commit(second, expected_digest=m2.digest).outcome == "committed"
     assert committed_contents(manifest_mode) == {"1": [b"new"]}
     assert [o.path[len(folder):] for o in copying.storage.list(folder)] == ["_tpc_published.json"]
+
+
+def test_a_target_at_a_group_folder_is_refused_saying_why_and_what_to_do(tmp_path):
+    """``placement.check_claims_around``'s refusal of a target that *is* a group's
+    folder says what would break and that nothing was written (mutants 52 and 55 of the
+    sample reworded exactly those sentences)."""
+    store = (str(tmp_path / "target"), None)
+    group = _group(store)
+    group.commit(_stage(group, "5", NEW))
+    with pytest.raises(PlacementError) as err:
+        Sink(group.uri, NS).begin("1")
+    assert "the target's ledger and the group's would be one and damage each other. " \
+           "Nothing was written; choose a folder that is no group's." in str(err.value)
+
+
+def test_a_staging_root_inside_a_published_epoch_folder_is_refused_by_its_reason(tmp_path):
+    root = str(tmp_path / "t")
+    with pytest.raises(TpcError) as err:
+        Sink(root, NS, config=SinkConfig(staging_root=f"{root}/epoch=1/scratch")).begin("1")
+    assert str(err.value).endswith(
+        f"cannot hold the staging of file://{root}: it lies inside a published epoch folder")
+    assert not os.path.exists(f"{root}/epoch=1")
+
+
+def test_a_begin_record_naming_other_staging_is_refused_naming_that_staging(tmp_path):
+    """``begin.json`` says where the attempt staged; one that names another folder (a
+    changed ``staging_root``, a copied record) is refused naming the folder it names."""
+    sink = Sink(str(tmp_path / "t"), NS)
+    txn, _ = stage(sink, "1", FILES)
+    path = sink.layout.record("1", txn.attempt, BEGIN)
+    doc = json.loads(sink.storage.read_bytes(path))
+    doc["staging_uri"] = "file:///elsewhere/epoch=1/attempt=000001"
+    sink.storage.put(path, json.dumps(doc).encode())
+    with pytest.raises(LedgerError) as err:
+        Sink(str(tmp_path / "t"), NS).describe("1")
+    assert "names staging 'file:///elsewhere/epoch=1/attempt=000001', but this " \
+           "attempt's staging is" in str(err.value)
+
+
+def test_a_published_marker_whose_attempt_is_a_boolean_is_corrupt(tmp_path):
+    """JSON's ``true`` is a Python ``int``: a marker saying ``"attempt": true`` must be
+    refused as corrupt, not read as attempt 1."""
+    sink = Sink(str(tmp_path / "t"), NS)
+    txn, manifest = stage(sink, "1", FILES)
+    sink.commit(txn, expected_digest=manifest.digest)
+    marker = sink.layout.marker("1")
+    doc = json.loads(sink.storage.read_bytes(marker))
+    assert doc["attempt"] == 1
+    sink.storage.put(marker, json.dumps({**doc, "attempt": True}).encode())
+    with pytest.raises(LedgerError, match="published marker .* is corrupt"):
+        sink.committed_files()
+
+
+def test_a_target_whose_name_ends_in_x_reads_its_own_records(tmp_path):
+    """Records name their target; the comparison ignores only a trailing ``/`` (a mutant
+    that stripped ``X`` too refused every record of a target named ``...X``)."""
+    sink = Sink(str(tmp_path / "eventsX"), NS)
+    txn, manifest = stage(sink, "1", FILES)
+    assert sink.commit(txn, expected_digest=manifest.digest).outcome == "committed"
+    [info] = Sink(str(tmp_path / "eventsX"), NS).describe("1")
+    assert info.state is TxnState.COMMITTED and info.published
