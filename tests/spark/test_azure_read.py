@@ -21,16 +21,21 @@ from .conftest import EXECUTOR_AZURE_ENV
 from .helpers import job_for, rows_of
 
 
-@pytest.fixture()
-def azure_target(azurite, monkeypatch):
-    """(target, the driver's full options, the public ones); the driver's environment
-    holds the key as the executors' does (a job's driver lists the markers with it)."""
+@pytest.fixture(params=["az", "abfss"])
+def azure_target(request, azurite, monkeypatch):
+    """(target, the driver's full options, the public ones), in both spellings of an Azure
+    target; the driver's environment holds the key as the executors' does (a job's driver
+    lists the markers with it)."""
     assert "AZURE_STORAGE_ACCOUNT_NAME" not in EXECUTOR_AZURE_ENV
     monkeypatch.delenv("AZURE_STORAGE_ACCOUNT_NAME", raising=False)
     monkeypatch.delenv("AZURE_STORAGE_CONNECTION_STRING", raising=False)
     monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_KEY", azurite.options()["account_key"])
     public = {"endpoint_url": azurite.endpoint, "account_name": "devstoreaccount1"}
-    return f"{azurite.new_prefix()}/tables/events", azurite.options(), public
+    if request.param == "az":
+        return f"{azurite.new_prefix()}/tables/events", azurite.options(), public
+    target = (f"abfss://{azurite.new_container()}@devstoreaccount1.dfs.core.windows.net/"
+              "tables/events")
+    return target, azurite.options(), public
 
 
 def _write(spark, sink: Sink, epoch: str, ids: range, public: dict, *, seal: bool = True):
@@ -66,9 +71,10 @@ def test_distributed_read_committed_of_an_azure_target(spark, azurite, azure_tar
     sink.abort(_write(spark, sink, "C", range(500, 520), public), "test: thrown away")
     # a file dropped by hand into a published epoch folder: no marker names it
     fs = adlfs.AzureBlobFileSystem(connection_string=azurite.connection_string())
-    stray = f"{target.split('://', 1)[1]}/epoch=A/side=0/stray.parquet"
+    stray = f"{sink.layout.root}/epoch=A/side=0/stray.parquet"  # container/path
     with fs.open(stray, "wb") as fh:
         pq.write_table(pa.table({"id": [999]}), fh)
+    assert stray in fs.find(f"{sink.layout.root}/epoch=A")  # a plain folder read sees it
     assert {i.attempt: str(i.state) for i in sink.describe("B")}[staged.attempt] == \
         "PRECOMMITTED"
 
@@ -76,6 +82,7 @@ def test_distributed_read_committed_of_an_azure_target(spark, azurite, azure_tar
                       + [(i, str(i % 2), "B") for i in range(300, 350)])
     df = read_committed(spark, target, storage_options=public)  # distributed by default
     files = sink.committed_files()
+    assert all(f.startswith(f"{target}/epoch=") for v in files.values() for f in v)
     assert df.rdd.getNumPartitions() == sum(len(v) for v in files.values())  # one per file
     assert rows_of(df, "id", "side", "epoch") == expected
     only_b = read_committed(spark, target, storage_options=public, epochs=["B", "C"],
