@@ -7,7 +7,8 @@ validated attempt, the abort task throws the rest away.
 
 Configuration (environment, read when the DAG file is parsed):
   TPC_EXAMPLE_TARGET   where the table lives (default /tmp/airflow-tpc/daily_event_counts;
-                       an s3://bucket/prefix works too, with TPC_EXAMPLE_STORAGE_CONN)
+                       an s3://bucket/prefix or an az://container/path works too, with
+                       TPC_EXAMPLE_STORAGE_CONN: an aws / generic or a wasb / adls connection)
   TPC_EXAMPLE_SPARK_CONN  the Spark connection (default spark_local:
                        AIRFLOW_CONN_SPARK_LOCAL='{"conn_type":"spark","host":"local[2]"}')
   TPC_EXAMPLE_TABLE    the same aggregates as an Iceberg table target (default

@@ -41,6 +41,7 @@ SLOW_MODULES = [
     "tests/airflow/test_group_airflow.py",
     "tests/airflow/test_aws_connection.py",
     "tests/airflow/test_s3_and_cluster.py",
+    "tests/airflow/test_azure_pipeline.py",  # ~90 s: two DAG runs on Azurite
     "tests/airflow/test_run_page_group.py",
     "tests/airflow/test_run_page.py",
     "tests/airflow/test_rest_catalog.py",

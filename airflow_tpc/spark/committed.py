@@ -25,16 +25,18 @@ def reader_sink(target: str, storage_options: dict[str, Any] | None,
                 staging_root: str | None = None) -> Sink:
     """A core sink to read ``target``'s published markers with.
 
-    A store that takes credentials (S3) also gets the job's environment credentials
-    (explicit ``storage_options`` win); whether it does is asked of the store class,
-    never read off the URI.  An unsupported store is refused here
+    A store that takes credentials (S3, Azure) also gets the job's environment
+    credentials, by the store's own variable names (``credential_env``: ``AWS_*``,
+    ``AZURE_STORAGE_*``; explicit ``storage_options`` win); whether it does is asked of
+    the store class, never read off the URI.  An unsupported store is refused here
     (:class:`~airflow_tpc.errors.UnsupportedStorage`), as the sink would refuse it.
     ``staging_root``: where the target's staging lies when its claim does not say (a
     table member's ledger opened as a plain folder by a group's cut reader).
     """
     options = storage_options
-    if storage_class(target).takes_credentials:
-        options = {**_credentials_from_env(), **(storage_options or {})}
+    store = storage_class(target)
+    if store.takes_credentials:
+        options = {**_credentials_from_env(store.credential_env), **(storage_options or {})}
     config = SinkConfig(staging_root=staging_root) if staging_root else None
     return Sink(target, _READER_NAMESPACE, storage_options=options, config=config)
 
@@ -57,7 +59,8 @@ def group_by_base(uris: Iterable[str], epoch_dir: str) -> dict[str, list[str]]:
 
 
 # --------------------------------------------------------------------------
-# Distributed read-committed for stores Spark cannot read (S3 without s3a):
+# Distributed read-committed for stores Spark cannot read (S3 without s3a, Azure
+# without hadoop-azure):
 # the ``tpc`` data source's reader.  The driver lists the committed files (from
 # the published markers) and reads their Parquet footers; executors read the
 # files through fsspec and add the partition and ``epoch`` columns.
@@ -92,13 +95,16 @@ def committed_parts(target: str, epochs: Iterable[str] | None,
     return out
 
 
-def fsspec_options(storage_options: dict[str, Any] | None) -> dict[str, Any]:
-    so = {**_credentials_from_env(), **(storage_options or {})}
-    opts: dict[str, Any] = {k: so[k] for k in ("key", "secret", "token", "endpoint_url")
-                            if so.get(k)}
-    if so.get("region_name"):
-        opts["client_kwargs"] = {"region_name": so["region_name"]}
-    return opts
+def fsspec_options(uri: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
+    """fsspec's options for ``uri`` on this process: ``storage_options`` completed with the
+    environment's credentials (the store's ``credential_env``: on executors the only way
+    credentials arrive), spelled the way the store's fsspec file system takes them (s3fs,
+    adlfs: the store class says).  A store that takes no credentials gets none."""
+    store = storage_class(uri)
+    if not store.takes_credentials:
+        return {}
+    options = {**_credentials_from_env(store.credential_env), **(storage_options or {})}
+    return store.fsspec_options({k: v for k, v in options.items() if v})
 
 
 def arrow_schema_of(parts: list[tuple[str, str, str]],
@@ -110,10 +116,8 @@ def arrow_schema_of(parts: list[tuple[str, str, str]],
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    opts = fsspec_options(storage_options)
-
     def footer(uri: str) -> Any:
-        fs, path = fsspec.core.url_to_fs(uri, **opts)
+        fs, path = fsspec.core.url_to_fs(uri, **fsspec_options(uri, storage_options))
         with fs.open(path, "rb") as fh:
             return pq.read_schema(fh)
 
@@ -139,7 +143,7 @@ def read_part(part: tuple[str, str, str], arrow_schema: Any,
     import pyarrow.parquet as pq
 
     epoch, base, uri = part
-    fs, path = fsspec.core.url_to_fs(uri, **fsspec_options(storage_options))
+    fs, path = fsspec.core.url_to_fs(uri, **fsspec_options(uri, storage_options))
     with fs.open(path, "rb") as fh:
         table = pq.read_table(fh)
     constants = dict(_partition_values(uri, base))

@@ -133,6 +133,13 @@ class JobTransaction:
         return self.txn.staging_uri
 
     @property
+    def spark_native(self) -> bool:
+        """Whether Spark's own writers reach the target's store as shipped (a local disk);
+        if not (S3 without hadoop-aws, Azure without hadoop-azure) write with
+        :func:`~airflow_tpc.spark.write_tpc`.  Asked of the store class, not the URI."""
+        return storage_class(self.target).spark_native
+
+    @property
     def is_table(self) -> bool:
         """Whether the target is a table (its files must carry the ``epoch`` column)."""
         return self.table is not None

@@ -31,6 +31,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from ..errors import TpcError
+from ..storage import storage_class
 from .context import JobTransaction
 from .writer import TpcCommitMessage, TpcFile, TpcWriter, escape_partition_value
 
@@ -68,7 +69,8 @@ class TpcDataSource(DataSource):
 
     Write: ``df.write.format("tpc").option("txn", txn.to_json()).save()``.
     Read:  ``spark.read.format("tpc").option("target", uri).load()`` (Parquet;
-    options ``epochs`` (comma-separated), ``endpoint_url``, ``region_name``;
+    options ``epochs`` (comma-separated) and the store's ``public_option_names`` —
+    ``endpoint_url``/``region_name`` on S3, ``endpoint_url``/``account_name`` on Azure;
     credentials from the environment, as for writes).
     """
 
@@ -101,11 +103,17 @@ class TpcDataSource(DataSource):
         target = opts.get("target")
         if not target:
             raise TpcError("reading the tpc format needs .option('target', uri)")
-        secret = sorted(set(opts) & {"key", "secret", "token"})
+        # which options may travel is the store's to say (S3: endpoint, region; Azure:
+        # endpoint, account name); anything else may be a secret, and options show in the
+        # query plan: refused by name (never by value)
+        store = storage_class(target)
+        secret = sorted(set(opts) - {"target", "epochs", *store.public_option_names})
         if secret:
-            raise TpcError(f"options {secret} would show in the query plan: give credentials "
-                           "through the environment (AWS_ACCESS_KEY_ID, ...)")
-        storage = {k: opts[k] for k in ("endpoint_url", "region_name") if opts.get(k)}
+            raise TpcError(f"options {secret} would show in the query plan (the tpc reader of "
+                           f"{target.split(':', 1)[0]}:// takes target, epochs and "
+                           f"{list(store.public_option_names)}): give credentials through the "
+                           f"environment ({', '.join(sorted(store.credential_env))})")
+        storage = {k: opts[k] for k in store.public_option_names if opts.get(k)}
         epochs = [e for e in opts.get("epochs", "").split(",") if e] or None
         parts = committed_parts(target, epochs, storage)
         self._plan = (parts, arrow_schema_of(parts, storage), storage)

@@ -8,9 +8,10 @@ directory.  Each row gets an ``epoch`` column (a string, as the ledger spells it
 
 Targets on a store Spark reaches as shipped (the store class says so:
 ``spark_native``; local disks) are read by Spark itself, distributed.  Others
-(S3: pyspark ships no ``s3a://`` connector here) are read on the executors by the
-``tpc`` data source's reader (Parquet), or on the driver with pyarrow/fsspec and
-handed to ``spark.createDataFrame``: fine for what fits in the driver's memory.
+(S3, Azure: pyspark ships no ``s3a://`` nor ``abfs://`` connector here) are read on
+the executors by the ``tpc`` data source's reader (Parquet), or on the driver with
+pyarrow/fsspec and handed to ``spark.createDataFrame``: fine for what fits in the
+driver's memory.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 from ..core.layout import epoch_sort_key
 from ..core.staging import list_staged
-from ..errors import TpcError
+from ..errors import TpcError, UnsupportedStorage
 from ..storage import storage_class
 from .committed import _ATTEMPT_BASE, fsspec_options, group_by_base, reader_sink
 
@@ -48,7 +49,7 @@ def _read_arrow(spark: Any, fmt: str, base: str, files: list[str],
     import fsspec
     import pyarrow.dataset as ds
 
-    opts = fsspec_options(storage_options)
+    opts = fsspec_options(base, storage_options)
     fs, root = fsspec.core.url_to_fs(base, use_listings_cache=False, **opts)
     paths = [fsspec.core.url_to_fs(u, **opts)[1] for u in files]
     dataset = ds.dataset(paths, format=fmt, filesystem=fs,
@@ -62,13 +63,15 @@ def _read_groups(spark: Any, fmt: str, groups: list[tuple[str, list[str], dict[s
                  options: dict[str, str], schema: Any) -> Any:
     from pyspark.sql import functions as F
 
-    # a store Spark as shipped cannot reach (S3 without hadoop-aws) is read with pyarrow
+    # a store Spark as shipped cannot reach (S3, Azure: no connector jars) is read with
+    # pyarrow
     remote = not storage_class(target).spark_native
     frames = []
     for base, files, extra in groups:
         if remote:
             if fmt not in ("parquet", "orc", "csv", "json"):
-                raise TpcError(f"format {fmt!r} cannot be read from S3 here")
+                raise TpcError(f"format {fmt!r} cannot be read from {target.split(':', 1)[0]}"
+                               ":// here (pyarrow reads parquet, orc, csv and json)")
             df = _read_arrow(spark, fmt, base, files, storage_options)
         else:
             df = _read_spark(spark, fmt, base, files, options)
@@ -101,8 +104,12 @@ def load_committed(committed: Mapping[str, Iterable[str]] | str,
 
         import fsspec
 
+        try:  # the list may lie on any fsspec store, not only on a target's
+            opts = fsspec_options(committed, storage_options)
+        except UnsupportedStorage:
+            opts = {}
         try:
-            fs, path = fsspec.core.url_to_fs(committed, **fsspec_options(storage_options))
+            fs, path = fsspec.core.url_to_fs(committed, **opts)
             with fs.open(path, "rb") as fh:
                 committed = json.load(fh)
         except (OSError, ValueError) as exc:
@@ -176,10 +183,12 @@ def read_committed(spark: Any, target: str, *, epochs: Iterable[str] | None = No
 
     ``epochs`` restricts to some epochs (those not committed are simply absent).
     ``schema`` is only used to type the empty result when nothing is committed.
-    ``distributed`` (S3): True reads on the executors through the ``tpc`` data
-    source (Parquet; credentials from the executors' environment), False reads
-    on the driver with pyarrow.  Default: distributed for Parquet unless
-    ``storage_options`` carries credentials (those must not reach the query plan).
+    ``distributed`` (S3, Azure: stores Spark cannot read as shipped): True reads on the
+    executors through the ``tpc`` data source (Parquet; the store's
+    ``public_option_names`` — S3's endpoint and region, Azure's endpoint and account
+    name — as reader options, credentials from the executors' environment), False reads on the
+    driver with pyarrow.  Default: distributed for Parquet unless ``storage_options``
+    carries anything else (credentials must not reach the query plan).
 
     A **table target** (``iceberg://...``; the job side never imports a table
     library) is read from ``committed``: the epochs' committed files as the table
@@ -207,8 +216,9 @@ def read_committed(spark: Any, target: str, *, epochs: Iterable[str] | None = No
             "open_sink(target, namespace, catalog_properties=...).committed_files(epochs), "
             "or TpcHook.committed_files on the Airflow side — and pass them: "
             "read_committed(spark, target, committed=<that mapping, or a JSON file of it>)")
-    remote = not storage_class(target).spark_native  # asked of the store, not the URI
-    secrets = sorted(set(storage_options or {}) - {"endpoint_url", "region_name"})
+    store = storage_class(target)  # asked of the store, not the URI
+    remote = not store.spark_native
+    secrets = sorted(set(storage_options or {}) - set(store.public_option_names))
     if distributed is None:
         distributed = remote and format == "parquet" and not secrets
     if distributed:
@@ -216,14 +226,16 @@ def read_committed(spark: Any, target: str, *, epochs: Iterable[str] | None = No
             raise TpcError("the distributed read-committed reader reads Parquet only")
         if secrets:
             raise TpcError(f"storage options {secrets} cannot go to executors (they would show "
-                           "in the query plan); give executors credentials by environment")
+                           f"in the query plan; only {list(store.public_option_names)} may): give "
+                           "executors credentials by environment "
+                           f"({', '.join(sorted(store.credential_env))})")
         from .datasource import register_data_source
 
         register_data_source(spark)
         reader = spark.read.format("tpc").option("target", target)
         if epochs is not None:
             reader = reader.option("epochs", ",".join(str(e) for e in epochs))
-        for key in ("endpoint_url", "region_name"):
+        for key in store.public_option_names:  # e.g. S3's endpoint, Azure's account name
             if (storage_options or {}).get(key):
                 reader = reader.option(key, storage_options[key])
         return reader.load()

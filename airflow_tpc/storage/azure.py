@@ -29,6 +29,7 @@ from .azure_copy import AzureCopies, RangedBlob
 from .azure_options import (
     AZURE_ENV,
     DENIED_CODES,
+    PUBLIC_AZURE_KEYS,
     SERVICE_PRINCIPAL_ENV,
     adlfs_options,
     check_azure_options,
@@ -54,6 +55,7 @@ class AzureStorage(AzureCopies, ObjectStore):
     takes_credentials = True
     spark_native = False  # pyspark ships no hadoop-azure: the tpc data source writes it
     credential_env = {**AZURE_ENV, **SERVICE_PRINCIPAL_ENV}
+    public_option_names = PUBLIC_AZURE_KEYS  # the endpoint and the account name: never the key
 
     @classmethod
     def fsspec_options(cls, options: dict[str, Any]) -> dict[str, Any]:

@@ -105,6 +105,10 @@ class Storage(ABC):
     #: The environment variables a job finds this store's credentials in (variable ->
     #: storage option); a credentials file shipped with the job holds the same names.
     credential_env: dict[str, str] = {}  # noqa: RUF012 - read only, per class
+    #: The storage options that are no secret and that executors need to reach the store
+    #: (a distributed reader's data source options: they show in the query plan); the
+    #: credentials reach executors by :attr:`credential_env` only.
+    public_option_names: tuple[str, ...] = ()
 
     @classmethod
     def fsspec_options(cls, options: dict[str, Any]) -> dict[str, Any]:

@@ -48,6 +48,7 @@ class S3Storage(S3Copies, ObjectStore):
     spark_native = False  # pyspark ships no hadoop-aws: s3a:// needs jars on the cluster
     credential_env = {"AWS_ACCESS_KEY_ID": "key",  # noqa: RUF012
                       "AWS_SECRET_ACCESS_KEY": "secret", "AWS_SESSION_TOKEN": "token"}
+    public_option_names = ("endpoint_url", "region_name")
 
     @classmethod
     def fsspec_options(cls, options: dict[str, Any]) -> dict[str, Any]:

@@ -70,8 +70,9 @@ def main(argv: list[str]) -> int:
         print(f"injected failure on try {args.try_number} of {txn.txn_id}", file=sys.stderr)
         return 3
 
-    if txn.target.startswith("s3://"):
-        # No hadoop-aws in pyspark: write S3 through the tpc Python data source.
+    if not txn.spark_native:
+        # S3 or Azure: pyspark ships no hadoop-aws / hadoop-azure, so Spark's own writer
+        # cannot reach the store; the tpc Python data source writes it (fsspec).
         write_tpc(daily, txn, precommit=not args.no_precommit)
     else:
         daily.write.mode("overwrite").parquet(txn.output_uri)
@@ -97,7 +98,7 @@ def write_group(spark: SparkSession, group: JobGroup, daily: DataFrame,
             print(f"injected failure on try {args.try_number} of {group.txn_id}",
                   file=sys.stderr)
             return 3
-        if member.target.startswith("s3://"):
+        if not member.spark_native:
             write_tpc(out, member, precommit=False)
         else:
             out.write.mode("overwrite").parquet(member.output_uri)

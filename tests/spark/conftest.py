@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.azurite import KEY as AZURITE_KEY
+
 REPO = Path(__file__).resolve().parents[2]
 
 os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
@@ -27,17 +29,35 @@ os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing-secret-key")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 
 
+#: What executors hold of Azure: the key of Azurite's development account (as
+#: ``azure_job_env`` gives a job), never its name, which a reader must pass as an option.
+EXECUTOR_AZURE_ENV = {"AZURE_STORAGE_ACCOUNT_KEY": AZURITE_KEY}
+
+
 @pytest.fixture(scope="session")
 def spark():
     from pyspark.sql import SparkSession
 
-    session = (SparkSession.builder.master("local[2,2]").appName("airflow-tpc-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "4")
-               .config("spark.driver.memory", "2g")
-               .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-               .getOrCreate())
+    # The JVM copies this process's environment when it starts, and every Python worker
+    # (executors' tasks, a data source's planning and commit) inherits the JVM's: that is
+    # how a local-mode executor gets credentials.  Taken back out of this process at once,
+    # so that driver-side tests see no ambient Azure credential.
+    saved = {k: os.environ.get(k) for k in EXECUTOR_AZURE_ENV}
+    os.environ.update(EXECUTOR_AZURE_ENV)
+    try:
+        session = (SparkSession.builder.master("local[2,2]").appName("airflow-tpc-tests")
+                   .config("spark.ui.enabled", "false")
+                   .config("spark.ui.showConsoleProgress", "false")
+                   .config("spark.sql.shuffle.partitions", "4")
+                   .config("spark.driver.memory", "2g")
+                   .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+                   .getOrCreate())
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

@@ -94,6 +94,22 @@ def test_the_job_transaction_follows_the_store_class_not_the_uri(tmp_path, monke
     assert seen["options"] == {"key": "env-key", "secret": "env-secret", "region_name": "r"}
 
 
+def test_the_job_asks_the_store_whether_spark_writes_it_natively(tmp_path, monkeypatch):
+    """``JobTransaction.spark_native`` (the example job's choice between Spark's writer
+    and ``write_tpc``): True for a local disk, False for S3 and Azure, and whatever the
+    store class says for a URI that did not change."""
+    sink = Sink(str(tmp_path / "t"), "ns")
+    job = JobTransaction.from_payload(build_payload(sink.begin("1")))
+    assert job.spark_native is True
+    assert _s3_job(sink).spark_native is False
+    txn = sink.begin("2")
+    aztxn = type(txn)(**{**txn.to_dict(), "target": "az://c0ntainer/t",
+                         "staging_uri": "az://c0ntainer/_tpc_staging/t/epoch=2/attempt=000001"})
+    assert JobTransaction.from_payload(build_payload(aztxn)).spark_native is False
+    monkeypatch.setattr(context_mod, "storage_class", _ask(_RemoteLikeLocal))
+    assert job.spark_native is False
+
+
 def _committed_local_target(tmp_path) -> Sink:
     """One committed epoch written with pyarrow straight into staging (real files)."""
     sink = Sink(str(tmp_path / "t"), "ns")

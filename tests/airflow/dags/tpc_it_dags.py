@@ -15,6 +15,8 @@ JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
                    "aggregate_events.py")
 LOCAL_TARGET = os.path.join(ROOT, "local_target")
 S3_TARGET = os.environ.get("TPC_IT_S3_TARGET", "s3://tpc-it/tables/daily")
+#: An Azure container (Azurite in tests/airflow/test_azure_pipeline.py, which creates it).
+AZURE_TARGET = os.environ.get("TPC_IT_AZURE_TARGET", "az://tpc-it-azure/tables/daily")
 CLUSTER_TARGET = os.path.join(ROOT, "cluster_target")
 
 ARGS = ["--rows", "{{ dag_run.conf.get('rows', 2000) }}",
@@ -47,6 +49,15 @@ with DAG("tpc_it_s3", schedule="@daily", start_date=datetime(2026, 1, 1), catchu
         "events", application=JOB, target=S3_TARGET, namespace="tpc_it_s3",
         conn_id="spark_local", storage_conn_id="tpc_s3",
         storage_options={"region_name": "us-east-1"},
+        application_args=ARGS, deferrable=True, poke_interval=1, sensor_timeout=600, **SPARK)
+
+# The same pipeline pointed at Azure: only the target and the connection change (a
+# ``wasb`` connection: account URL, account name and key).
+with DAG("tpc_it_azure", schedule="@daily", start_date=datetime(2026, 1, 1), catchup=False,
+         tags=["tpc-test"]):
+    exactly_once_spark_group(
+        "events", application=JOB, target=AZURE_TARGET, namespace="tpc_it_azure",
+        conn_id="spark_local", storage_conn_id="tpc_azure",
         application_args=ARGS, deferrable=True, poke_interval=1, sensor_timeout=600, **SPARK)
 
 with DAG("tpc_it_cluster", schedule="@daily", start_date=datetime(2026, 1, 1), catchup=False,
