@@ -191,3 +191,31 @@ def test_a_staged_file_written_without_statistics_is_refused_with_the_proofs_mes
         "replace_where 'id = 2'" in str(err.value)
     assert "keeps no bounds to prove otherwise" in str(err.value)
     assert full_tree(sink) == before and DeltaTable(path).version() == version
+
+
+def test_refusals_of_a_file_outside_a_partitioned_tables_predicate_say_which_partition(
+        tmp_path):
+    """``DeltaScope.partition_of``: a file lacking a partition column that the
+    predicate does not fix is refused naming the column and what to do; a file in
+    another partition than a predicate over partition columns only is refused naming
+    that partition alone (no "statistics of" clause: there are no data columns)."""
+    path = str(tmp_path / "regions")
+    rows = pa.table({"id": pa.array([1], pa.int64()), "region": pa.array(["eu"])})
+    write_deltalake(path, rows, mode="append", partition_by=["region"])
+    sink = DeltaSink(f"delta+file://{path}", "events", replace_where="region IN ('eu', 'us')")
+    txn = sink.begin("e1")
+    write_parquet(sink, txn, "no_region.parquet", pa.table({"id": pa.array([2], pa.int64())}))
+    with pytest.raises(TableSchemaError) as err:
+        sink.precommit(txn)
+    assert "no_region.parquet has no column 'region' (a partition column of the table) and " \
+        "replace_where does not fix it with an equality: write the column, or name its " \
+        "value in replace_where" in str(err.value)
+
+    sink = DeltaSink(f"delta+file://{path}", "events", replace_where="region = 'eu'")
+    txn = sink.begin("e2")
+    write_parquet(sink, txn, "us.parquet", pa.table({"id": pa.array([3], pa.int64()),
+                                                     "region": pa.array(["us"])}))
+    with pytest.raises(TableSchemaError) as err:
+        sink.precommit(txn)
+    assert "us.parquet lies in partition {'region': 'us'} outside replace_where " \
+        "\"region = 'eu'\" (it holds rows" in str(err.value)
