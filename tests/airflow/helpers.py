@@ -233,3 +233,17 @@ def xcom_value(dag_id: str, run_id: str, task_id: str, key: str) -> Any:
             XComModel.dag_id == dag_id, XComModel.run_id == run_id,
             XComModel.task_id == task_id, XComModel.key == key))
     return json.loads(raw) if isinstance(raw, str | bytes) else raw
+
+
+def assert_secret_kept_out(secret: str, captured: Any) -> None:
+    """``secret`` is in none of what a DAG run leaves behind: the captured stdout and
+    stderr (``capfd.readouterr()``), and the metadata DB's XComs, trigger rows, rendered
+    fields and task state store."""
+    from airflow import settings
+    from sqlalchemy import text
+
+    assert secret not in captured.out and secret not in captured.err
+    with settings.Session() as session:
+        for table in ("xcom", "trigger", "rendered_task_instance_fields", "task_state_store"):
+            dump = str(session.execute(text(f"SELECT * FROM {table}")).fetchall())
+            assert secret not in dump, table

@@ -10,7 +10,7 @@ import pytest
 
 from airflow_tpc import Sink, TxnState
 
-from .helpers import asset_events, day, read_rows, states
+from .helpers import assert_secret_kept_out, asset_events, day, read_rows, states
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -50,14 +50,7 @@ def test_s3_target_via_tpc_format(dagbag, moto_endpoint, capfd):
     assert asset_events("s3://tpc-it/tables/daily")[-1]["txn_id"] == "tpc_it_s3/2026-04-01/1"
 
     # The secret never reaches logs, XComs, trigger rows or rendered fields.
-    out = capfd.readouterr()
-    assert SECRET not in out.out and SECRET not in out.err
-    from airflow import settings
-    from sqlalchemy import text
-    with settings.Session() as session:
-        for table in ("xcom", "trigger", "rendered_task_instance_fields", "task_state_store"):
-            dump = str(session.execute(text(f"SELECT * FROM {table}")).fetchall())
-            assert SECRET not in dump, table
+    assert_secret_kept_out(SECRET, capfd.readouterr())
 
 
 def test_standalone_cluster_client_mode(dagbag, spark_cluster, data_root):
