@@ -41,8 +41,8 @@ from .payload import (
     PUBLIC_STORAGE_KEYS,
     _as_guarantee,
     _check_credentials_file_name,
-    _check_table_uri,
     build_payload,
+    check_uri_field,
     payload_object,
     public_storage_options,
     read_payload,
@@ -235,7 +235,7 @@ class JobTransaction:
             cred_file = _check_credentials_file_name(cred_file, where)
         table = doc.get("table")
         if table is not None:
-            table = _check_table_uri(table, where)
+            table = check_uri_field(table, where, "table")
         guarantee = _as_guarantee(doc.get("guarantee", DeliveryGuarantee.EXACTLY_ONCE.value))
         txn = Transaction.from_dict(doc)
         return cls(txn, guarantee, str(doc.get("promotion", "move")), dict(storage),

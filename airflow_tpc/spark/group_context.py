@@ -38,12 +38,6 @@ GROUP_CONF_KEY = "spark.airflow_tpc.group"
 GROUP_ENV_VAR = "AIRFLOW_TPC_GROUP"
 
 
-def _check_group_uri(uri: Any, where: str) -> str:
-    """The group's folder, as ``Group.uri`` spells it (never a user part or a query)."""
-    return check_uri_field(uri, where, "group", "the group's folder URI (no query or "
-                           "fragment)", scheme=False)
-
-
 def _check_member_name(name: Any, where: str) -> str:
     if not isinstance(name, str) or not MEMBER_RE.fullmatch(name):
         raise TpcError(f"{where}: invalid member name {name!r}: letters, digits, '_' and "
@@ -79,7 +73,7 @@ def build_group_payload(group_uri: str, namespace: str, epoch: str, attempt: int
     and must be the group's namespace, epoch and attempt.
     """
     where = "group payload"
-    group_uri = _check_group_uri(group_uri, where)
+    group_uri = check_uri_field(group_uri, where, "group")
     epoch, attempt = check_epoch(epoch), check_attempt(attempt)
     if not isinstance(namespace, str) or not namespace:
         raise TpcError(f"{where}: 'namespace' must be a non-empty string")
@@ -180,7 +174,7 @@ class JobGroup(AttemptId):
                    if k not in doc]
         if missing:
             raise TpcError(f"{where} is not a group transaction: missing {missing}")
-        group = _check_group_uri(doc["group"], where)
+        group = check_uri_field(doc["group"], where, "group")
         namespace = doc["namespace"]
         if not isinstance(namespace, str) or not namespace:
             raise TpcError(f"{where}: 'namespace' must be a non-empty string")

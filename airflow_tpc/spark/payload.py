@@ -64,7 +64,7 @@ def build_payload(txn: Transaction, *, guarantee: DeliveryGuarantee | str = "EXA
     doc = {**txn.to_dict(), "guarantee": _as_guarantee(guarantee).value,
            "promotion": promotion, "storage": public_storage_options(storage_options)}
     if table:
-        doc["table"] = _check_table_uri(table, "payload")
+        doc["table"] = check_uri_field(table, "payload", "table")
         if not epoch_column:
             doc["epoch_column"] = False
     if credentials_file:
@@ -87,23 +87,26 @@ def payload_object(payload: str | dict[str, Any], where: str) -> dict[str, Any]:
     return dict(doc)
 
 
-def check_uri_field(value: Any, where: str, key: str, expected: str, *,
-                    scheme: bool) -> str:
-    """A URI field of a payload (``table``, ``group``): a string with no query, fragment,
-    newline or NUL, and no user part (credentials never travel in a payload); with
-    ``scheme``, a ``scheme://`` URI.  ``expected`` says what it must be."""
+#: A payload's URI fields: what each must be, and whether it must be ``scheme://``.
+URI_FIELDS: dict[str, tuple[str, bool]] = {
+    "table": ("a table URI such as iceberg://<catalog>/<namespace>.<table> (no user part, "
+              "query or fragment)", True),
+    "group": ("the group's folder URI (no query or fragment)", False),
+}
+
+
+def check_uri_field(value: Any, where: str, key: str) -> str:
+    """A URI field of a payload (``table``: a table target's, for the job to know it
+    writes a table; ``group``: the group's folder, as ``Group.uri`` spells it): a string
+    with no query, fragment, newline or NUL, and no user part (credentials never travel
+    in a payload); a ``table`` is a ``scheme://`` URI."""
+    expected, scheme = URI_FIELDS[key]
     if not isinstance(value, str) or not value or (scheme and "://" not in value) \
             or any(c in value for c in "?#\n\x00"):
         raise TpcError(f"{where}: '{key}' must be {expected}")
     if "://" in value and "@" in value.split("://", 1)[1].split("/", 1)[0]:
         raise TpcError(f"{where}: '{key}' must not carry a user part")
     return value
-
-
-def _check_table_uri(table: Any, where: str) -> str:
-    """A table target's URI, for the job to know it writes a table (never credentials)."""
-    return check_uri_field(table, where, "table", "a table URI such as iceberg://<catalog>/"
-                           "<namespace>.<table> (no user part, query or fragment)", scheme=True)
 
 
 def _check_credentials_file_name(name: Any, where: str) -> str:

@@ -14,6 +14,7 @@ same arguments through :meth:`SinkArgs.serialize`.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from airflow.sdk import BaseOperator, BaseSensorOperator
@@ -98,16 +99,10 @@ class TpcBaseOperator(BaseOperator):
         args = SinkArgs(target, namespace, storage_conn_id, storage_options, sink_config,
                         catalog_conn_id, ledger_uri, replace_where, write_mode, add_columns,
                         where=type(self).__name__)
-        self.target = args.target
-        self.namespace = args.namespace
-        self.storage_conn_id = args.storage_conn_id
+        # One attribute per field of SinkArgs (the templated arguments), checked values.
+        for field in dataclasses.fields(args):
+            setattr(self, field.name, getattr(args, field.name))
         self.storage_options = args.storage_options or {}
-        self.sink_config = args.sink_config
-        self.catalog_conn_id = args.catalog_conn_id
-        self.ledger_uri = args.ledger_uri
-        self.replace_where = args.replace_where
-        self.write_mode = args.write_mode
-        self.add_columns = args.add_columns
         self._tpc_hook_for: tuple[SinkArgs, TpcHook] | None = None
 
     @property
