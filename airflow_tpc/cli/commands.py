@@ -41,9 +41,8 @@ from .common import (
     ShownProblem,
     _age,
     _storage_options,
-    add_catalog_options,
     add_command_options,
-    add_s3_options,
+    add_store_options,
     attempt_list,
     catalog_properties,
     open_sink,
@@ -311,16 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
                                            "target)")
         add_command_options(p, name, group=False, dry_run=("abort", "recover", "gc"),
                             attempt_help="the attempt to abort (default: the epoch's latest)")
-        add_s3_options(p)
-        cat = add_catalog_options(
-            p, "table targets",
-            "one catalog property as pyiceberg names it (repeatable), e.g. "
-            "uri=sqlite:////data/cat.db, warehouse=file:///data/wh",
-            "catalog properties from a JSON or YAML file (a mapping, or a .pyiceberg.yaml "
-            "with a 'catalog:' section)")
-        cat.add_argument("--ledger-uri", metavar="URI",
-                         help="the table's ledger, kept apart from the table (as the "
-                              "pipeline's ledger_uri): managed table storage, REST catalogs")
+        add_store_options(p, group=False, ledger_uri={
+            "metavar": "URI", "help": "the table's ledger, kept apart from the table (as the "
+            "pipeline's ledger_uri): managed table storage, REST catalogs"})
         if name in ("recover", "gc"):
             p.add_argument("-q", "--quiet", action="store_true",
                            help="no progress lines (epoch reached) on stderr")

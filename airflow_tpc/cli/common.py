@@ -247,13 +247,33 @@ class ShownProblem(TpcError):
         self.output = output
 
 
-def add_catalog_options(p: argparse.ArgumentParser, what: str, property_help: str,
-                        config_help: str) -> argparse._ArgumentGroup:
-    """The catalog options of a table TARGET or of a group's table members (``what``);
-    the group they are in, for the ``--ledger-uri`` each spells its own way."""
+#: The catalog options' words for a table TARGET and for a group's table members.
+_CATALOG_WORDS = {
+    False: ("table targets",
+            "one catalog property as pyiceberg names it (repeatable), e.g. "
+            "uri=sqlite:////data/cat.db, warehouse=file:///data/wh",
+            "catalog properties from a JSON or YAML file (a mapping, or a .pyiceberg.yaml "
+            "with a 'catalog:' section)"),
+    True: ("table members",
+           "one catalog property as pyiceberg names it (repeatable), for the Iceberg members "
+           "(for Delta members only in a group without Iceberg members: delta-rs storage "
+           "options)",
+           "catalog properties from a JSON or YAML file (a mapping, or a .pyiceberg.yaml with "
+           "a 'catalog:' section: each table member takes its own catalog's)"),
+}
+
+
+def add_store_options(p: argparse.ArgumentParser, *, group: bool,
+                      ledger_uri: dict[str, Any]) -> None:
+    """The options of every command that opens a store, for a TARGET or a group's members,
+    spelled once: S3's, and the catalog's (``--catalog-property``, ``--catalog-config``,
+    ``--ledger-uri``, whose ``add_argument`` keywords ``ledger_uri`` gives: a target's
+    URI, a member's ``NAME=URI``)."""
+    add_s3_options(p)
+    what, property_help, config_help = _CATALOG_WORDS[group]
     cat = p.add_argument_group(f"{what} (pyiceberg catalog properties; values are never "
                                "printed)")
     cat.add_argument("--catalog-property", action="append", metavar="KEY=VALUE",
                      help=property_help)
     cat.add_argument("--catalog-config", metavar="FILE", help=config_help)
-    return cat
+    cat.add_argument("--ledger-uri", **ledger_uri)

@@ -36,9 +36,8 @@ from ..storage import open_storage
 from .common import (
     _is_table,
     _storage_options,
-    add_catalog_options,
     add_command_options,
-    add_s3_options,
+    add_store_options,
     attempt_list,
     catalog_properties,
     open_sink,
@@ -205,22 +204,6 @@ GROUP_COMMANDS = {
 }
 
 
-def _store_options(p: argparse.ArgumentParser) -> None:
-    """The S3 options of every command, and the catalog options as a group's members take
-    them (a member's own ``--ledger-uri NAME=URI``)."""
-    add_s3_options(p)
-    cat = add_catalog_options(
-        p, "table members",
-        "one catalog property as pyiceberg names it (repeatable), for the Iceberg members "
-        "(for Delta members only in a group without Iceberg members: delta-rs storage "
-        "options)",
-        "catalog properties from a JSON or YAML file (a mapping, or a .pyiceberg.yaml with a "
-        "'catalog:' section: each table member takes its own catalog's)")
-    cat.add_argument("--ledger-uri", action="append", metavar="NAME=URI",
-                     type=_pair("--ledger-uri", "URI", "its ledger URI"),
-                     help="a table member's ledger, kept apart from the table (repeatable)")
-
-
 def add_group_parser(parser: argparse.ArgumentParser, sub: Any) -> None:
     """Add ``group`` to the CLI's commands (``sub``: its sub-parsers).  It takes a group,
     not a TARGET, so it is not among ``cli.COMMANDS`` (which all take one)."""
@@ -249,7 +232,10 @@ def add_group_parser(parser: argparse.ArgumentParser, sub: Any) -> None:
                                            "created the group)")
         add_command_options(p, name, group=True, dry_run=("recover",),
                             attempt_help="the group attempt to abort")
-        _store_options(p)
+        add_store_options(p, group=True, ledger_uri={
+            "action": "append", "metavar": "NAME=URI",
+            "type": _pair("--ledger-uri", "URI", "its ledger URI"),
+            "help": "a table member's ledger, kept apart from the table (repeatable)"})
         if name == "status":
             p.add_argument("--epoch", help="only this epoch's group attempts")
     parser.epilog = f"{parser.epilog or ''} A group of targets (one epoch, many targets): " \
