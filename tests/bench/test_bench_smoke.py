@@ -68,6 +68,18 @@ def test_bench_azure_smoke(tmp_path: Path) -> None:
     assert "## 5. Azure" in report and "35. Azure requests per commit" in report
 
 
+def test_azurite_rates_smoke() -> None:
+    """Azurite's own rates (the floor under section 5): a line per size, every operation
+    timed in four quarters, and every blob it made gone with its container."""
+    out = _run(["bench/azurite_rates.py", "40"])
+    line = out.strip().splitlines()[-1]
+    assert line.startswith("40 blobs: ")
+    for op in ("put", "copy", "delete"):
+        (part,) = [p for p in line.split(": ", 1)[1].split("; ") if p.startswith(op + " ")]
+        rates = [float(r) for r in part[len(op) + 1:-len(" per s")].split(" / ")]
+        assert len(rates) == 4 and all(r > 0 for r in rates)
+
+
 def test_bench_spark_smoke(tmp_path: Path) -> None:
     out, results = tmp_path / "bench-spark.md", tmp_path / "spark.json"
     _run(["bench/bench_spark.py", "--smoke", "--output", str(out), "--results", str(results)])
