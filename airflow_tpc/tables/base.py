@@ -15,8 +15,9 @@ A table target differs from a folder in three places only, and each is here once
   :class:`~airflow_tpc.tables.switch.TableCommit`, which the target hands to
   :func:`~airflow_tpc.core.promote.strategy_for` through the layout.
 
-A format plugs in a *target* object (:class:`~airflow_tpc.tables.target.TableTarget`)
-that knows its table and a switch (a ``TableCommit``) that commits to it; the verbs,
+A format plugs in a *target* object (:class:`~airflow_tpc.tables.target.TableTarget`,
+named as :attr:`TableSink.target_type`; it reads its own URI) that knows its table and
+a switch (a ``TableCommit``) that commits to it; the verbs,
 the ledger and the fencing are the core's, unchanged.  Where the pieces live:
 :mod:`.staged` (footers, the sealed statistics), :mod:`.target`, :mod:`.switch`, and
 this module (the sink and its layout).
@@ -101,7 +102,7 @@ class TableSink(Sink):
     removal guarded by the table's references), the promotion strategy (the
     target's, through the layout) and a check of the staged files against the table
     at pre-commit and at commit before the decision.  Subclasses parse their URI
-    (:meth:`parse_target`) and say where staging goes below the table location
+    (:attr:`target_type`) and say where staging goes below the table location
     (``staging_dir``).
 
     ``target``: the table's URI or target; ``catalog_properties``: the format's
@@ -113,6 +114,8 @@ class TableSink(Sink):
     format = "table"
     #: Staging's folder below the table location.
     staging_dir = "_tpc_staging"
+    #: The format's table (:meth:`TableTarget.for_sink` reads a target URI).
+    target_type: type[TableTarget] = TableTarget
 
     def __init__(self, target: TableTarget | str, namespace: str, *,
                  catalog_properties: dict[str, str] | None = None,
@@ -125,7 +128,7 @@ class TableSink(Sink):
         self.scope = Scope.of(replace_where, mode, add_columns)
         self._check_scope(self.scope)
         if isinstance(target, str):
-            target = self.parse_target(target, catalog_properties, storage_options)
+            target = self.target_type.for_sink(target, catalog_properties, storage_options)
         config = config or SinkConfig()
         if config.staging_root:
             raise TpcError(f"a {self.format} target places its own staging (inside the "
@@ -164,12 +167,6 @@ class TableSink(Sink):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.table_target.uri!r}, namespace={self.namespace!r})"
-
-    @classmethod
-    def parse_target(cls, uri: str, catalog_properties: dict[str, str] | None,
-                     storage_options: dict[str, Any] | None) -> TableTarget:
-        """The format's target named by ``uri``."""
-        raise NotImplementedError
 
     def _check_scope(self, scope: Scope) -> None:
         """Refuse a scope the format cannot commit (default: every scope is fine)."""

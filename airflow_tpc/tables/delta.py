@@ -88,13 +88,8 @@ class DeltaSink(TableSink):
 
     format = "Delta"
     staging_dir = STAGING_DIR
+    target_type = DeltaTarget
     table_target: DeltaTarget
-
-    @classmethod
-    def parse_target(cls, uri: str, catalog_properties: dict[str, str] | None,
-                     storage_options: dict[str, Any] | None) -> DeltaTarget:
-        """``catalog_properties``: extra delta-rs storage options."""
-        return DeltaTarget.parse(uri, storage_options, catalog_properties)
 
     def _check_scope(self, scope: Scope) -> None:
         if scope.add_columns:

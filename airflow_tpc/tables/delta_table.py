@@ -107,6 +107,12 @@ class DeltaLakeTable(TableTarget):
         self._delta_options = {**translated, **(delta_options or {})}
 
     @classmethod
+    def for_sink(cls, uri: str, catalog_properties: dict[str, str] | None,
+                 storage_options: dict[str, Any] | None) -> TableTarget:
+        """``catalog_properties``: extra delta-rs storage options."""
+        return cls.parse(uri, storage_options, catalog_properties)
+
+    @classmethod
     def parse(cls: type[T], uri: str, storage_options: dict[str, Any] | None = None,
               delta_options: dict[str, str] | None = None) -> T:
         """``delta+file:///abs/path``, ``delta+s3://bucket/prefix``, ``delta+az://container/

@@ -97,13 +97,8 @@ class IcebergSink(TableSink):
 
     format = "Iceberg"
     staging_dir = STAGING_DIR
+    target_type = IcebergTarget
     table_target: IcebergTarget
-
-    @classmethod
-    def parse_target(cls, uri: str, catalog_properties: dict[str, str] | None,
-                     storage_options: dict[str, Any] | None) -> IcebergTarget:
-        """``catalog_properties``: pyiceberg's, for the catalog the URI names."""
-        return IcebergTarget.parse(uri, catalog_properties)
 
     def _switch_catalog(self) -> Any:
         from .iceberg_multi import rest_catalog_key

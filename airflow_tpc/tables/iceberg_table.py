@@ -92,6 +92,12 @@ class IcebergTable(TableTarget):
         self._existed: bool | None = None
 
     @classmethod
+    def for_sink(cls, uri: str, catalog_properties: dict[str, str] | None,
+                 storage_options: dict[str, Any] | None) -> TableTarget:
+        """``catalog_properties``: pyiceberg's, for the catalog the URI names."""
+        return cls.parse(uri, catalog_properties)
+
+    @classmethod
     def parse(cls: type[T], uri: str, catalog_properties: dict[str, str] | None = None,
               location: str | None = None) -> T:
         """``iceberg://<catalog>/<namespace>.<table>`` (namespaces may be nested: a.b.t)."""

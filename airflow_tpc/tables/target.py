@@ -71,6 +71,14 @@ class TableTarget:
     label = "table"
 
     # -- what each format answers -------------------------------------------------
+    @classmethod
+    def for_sink(cls, uri: str, catalog_properties: dict[str, str] | None,
+                 storage_options: dict[str, Any] | None) -> TableTarget:
+        """The table ``uri`` names, from a table sink's arguments: ``catalog_properties``
+        are the format's own (pyiceberg's catalog properties, delta-rs's storage
+        options), ``storage_options`` the fsspec options of the table's store."""
+        raise NotImplementedError
+
     @property
     def uri(self) -> str:
         """``iceberg://…`` / ``delta+…://…``: how users and Asset events name the table."""

@@ -23,8 +23,8 @@ from airflow_tpc import (
     StorageError,
     TpcError,
     TxnState,
-    faults,
 )
+from airflow_tpc.core import faults
 from airflow_tpc.core import promote as _promote
 from airflow_tpc.core.faults import InjectedCrash, armed
 from airflow_tpc.core.manifest import FileEntry, Manifest
