@@ -232,3 +232,34 @@ def test_approval_gate_abort_choice_aborts(dagbag, api_client, data_root):
     assert info.state is TxnState.ABORTED and info.staging_files == 0
     assert "rejected" in info.reason
     assert sink.committed_files() == {}
+
+
+def test_a_second_installed_copy_of_the_plugin_is_named_when_it_loads(tmp_path):
+    """Two copies of the package on ``sys.path`` (an install plus a source folder with its
+    ``*.egg-info``) make Airflow's task-side loader skip the plugins after the second
+    (OpenLineage's listener among them, docs/airflow.md): the plugin says so, naming
+    both places, when Airflow loads it; one copy loads silently."""
+    other = tmp_path / "other"
+    info = other / "airflow_tpc-0.0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: airflow-tpc\nVersion: 0.0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[airflow.plugins]\nairflow_tpc = airflow_tpc.airflow.ui.plugin:AirflowTpcPlugin\n")
+    code = ("import logging, sys\n"
+            "from airflow_tpc.airflow.ui.plugin import AirflowTpcPlugin\n"
+            "logging.getLogger('airflow_tpc').addHandler(logging.StreamHandler(sys.stdout))\n"
+            "AirflowTpcPlugin.on_load()\n")
+
+    def load(extra: str | None) -> str:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        if extra:
+            env["PYTHONPATH"] = extra
+        done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert "installed" not in load(None)
+    said = load(str(other))
+    assert "airflow-tpc's Airflow plugin is installed 2 times" in said, said
+    assert str(other) in said and "OpenLineage" in said

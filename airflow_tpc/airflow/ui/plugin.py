@@ -22,6 +22,8 @@ built on first use), the external views and the extra links.  The routes are
 :mod:`airflow_tpc.airflow.ui.app`'s, the pages :mod:`airflow_tpc.airflow.ui.pages`'.
 """
 
+import logging
+from importlib.metadata import distributions
 from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
@@ -31,7 +33,9 @@ from airflow_tpc.airflow.ui.app import create_app, jsonable
 from airflow_tpc.airflow.ui.csrf import CSRF_HEADER, csrf_refusal, csrf_token
 
 __all__ = ["CSRF_HEADER", "EXTERNAL_VIEWS", "AirflowTpcPlugin", "create_app", "csrf_refusal",
-           "csrf_token", "jsonable"]
+           "csrf_token", "installed_copies", "jsonable"]
+
+log = logging.getLogger("airflow_tpc")
 
 
 #: Where the pages appear in Airflow's UI (Airflow 3 external views, shown in an iframe):
@@ -53,6 +57,20 @@ class AirflowTpcPlugin(AirflowPlugin):
     operator_extra_links = [ManifestLink(), TransactionLink()]
     external_views = EXTERNAL_VIEWS
 
+    @classmethod
+    def on_load(cls, *args: Any, **kwargs: Any) -> None:
+        """Say so when the plugin is installed twice.  Airflow 3.3.2's task-side plugin
+        loader stops at a plugin it has already registered and never loads the ones
+        after it: the OpenLineage provider's listener among them, so task lineage
+        stops without an error in the task's log."""
+        copies = installed_copies()
+        if len(copies) > 1:
+            log.warning("airflow-tpc's Airflow plugin is installed %d times (%s): Airflow may "
+                        "skip the plugins loaded after the second copy (the OpenLineage "
+                        "listener's task events among them). Keep one copy: uninstall the "
+                        "other, or take its folder (holding an *.egg-info) off PYTHONPATH",
+                        len(copies), ", ".join(copies))
+
     @property
     def fastapi_apps(self) -> list[dict[str, Any]]:  # type: ignore[override]
         """Built on first use only: workers and the scheduler never import FastAPI for it."""
@@ -63,3 +81,13 @@ class AirflowTpcPlugin(AirflowPlugin):
 
 
 _APPS: list[dict[str, Any]] = []
+
+
+def installed_copies() -> list[str]:
+    """Where each installed distribution that declares this plugin lives (one normally).
+
+    Every distribution on ``sys.path``, as Airflow's plugin loader enumerates them
+    (``importlib.metadata.entry_points`` would show the first copy only)."""
+    value = f"{__name__}:{AirflowTpcPlugin.__name__}"
+    return [str(dist.locate_file("")) for dist in distributions()
+            if any(p.group == "airflow.plugins" and p.value == value for p in dist.entry_points)]
