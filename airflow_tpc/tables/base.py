@@ -110,8 +110,6 @@ class TableSink(Sink):
     ``add_columns``: which rows an epoch owns (:meth:`.scope.Scope.of`).
     """
 
-    #: The format's name, for messages.
-    format = "table"
     #: Staging's folder below the table location.
     staging_dir = "_tpc_staging"
     #: The format's table (:meth:`TableTarget.for_sink` reads a target URI).
@@ -167,6 +165,11 @@ class TableSink(Sink):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.table_target.uri!r}, namespace={self.namespace!r})"
+
+    @property
+    def format(self) -> str:
+        """The format's name, for messages: its table's :attr:`TableTarget.label`."""
+        return self.target_type.label
 
     def _check_scope(self, scope: Scope) -> None:
         """Refuse a scope the format cannot commit (default: every scope is fine)."""

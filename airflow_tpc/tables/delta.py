@@ -86,7 +86,6 @@ class DeltaSink(TableSink):
     skeleton (:class:`~airflow_tpc.tables.base.TableSink`) with staging in
     ``<table>/_tpc_staging`` and :class:`DeltaCommit` as the switch."""
 
-    format = "Delta"
     staging_dir = STAGING_DIR
     target_type = DeltaTarget
     table_target: DeltaTarget

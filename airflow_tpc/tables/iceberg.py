@@ -95,7 +95,6 @@ class IcebergSink(TableSink):
     skeleton (:class:`~airflow_tpc.tables.base.TableSink`) with staging in the table's
     data path and :class:`IcebergSnapshot` as the switch."""
 
-    format = "Iceberg"
     staging_dir = STAGING_DIR
     target_type = IcebergTarget
     table_target: IcebergTarget
